@@ -1,0 +1,41 @@
+# ordered_events: PGXS build.  `make`, `make install`, `make installcheck`
+# against a running server; `make test` and `make demo` do everything on a
+# fresh Debian machine (see README.md).
+
+EXTENSION = ordered_events
+EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" $(EXTENSION).control)
+
+MODULE_big = ordered_events
+OBJS = \
+	src/catalog.o \
+	src/ingest.o \
+	src/ordered_events.o \
+	src/release.o
+
+DATA = $(EXTENSION)--$(EXTVERSION).sql
+PGFILEDESC = "ordered_events - ordered, exactly-once release of sequenced events"
+
+REGRESS = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))
+REGRESS_OPTS = --load-extension=$(EXTENSION)
+
+ISOLATION = $(patsubst test/isolation/specs/%.spec,%,$(sort $(wildcard test/isolation/specs/*.spec)))
+ISOLATION_OPTS = --inputdir=test/isolation --load-extension=$(EXTENSION)
+
+TAP_TESTS = 1
+PROVE_TESTS = test/t/*.pl
+
+PG_CONFIG ?= pg_config
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)
+
+.PHONY: test demo bench
+
+# Everything, on a throwaway cluster: pg_regress, isolation, pgTAP, TAP.
+test:
+	test/run
+
+demo:
+	test/demo
+
+bench:
+	bench/run

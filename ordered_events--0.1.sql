@@ -1,0 +1,473 @@
+/* ordered_events--0.1.sql */
+
+-- complain if script is sourced in psql, rather than via CREATE EXTENSION
+\echo Use "CREATE EXTENSION ordered_events" to load this file. \quit
+
+/*
+ * Storage.  One row per event, never moved: an event of a global stream is
+ * released exactly when its seq is below the stream's range_end, so "pending"
+ * and "released" are views over the same rows.
+ */
+
+CREATE TYPE ordered_events.outcome AS ENUM (
+    'accepted',
+    'duplicate',
+    'before_initial_sequence',
+    'sequence_id_outside_valid_range',
+    'after_last_event',
+    'gap_skipped'
+);
+COMMENT ON TYPE ordered_events.outcome IS
+    'What happened to an ingested event: accepted, or the reason it went to unprocessed';
+
+CREATE SEQUENCE ordered_events.stream_id_seq AS integer;
+
+-- Stream configuration.  Changes invalidate every backend's stream cache.
+CREATE TABLE ordered_events.stream_def (
+    stream_id integer PRIMARY KEY
+        DEFAULT pg_catalog.nextval('ordered_events.stream_id_seq'),
+    stream text NOT NULL UNIQUE,
+    sequencing text NOT NULL,
+    initial_sequence bigint NOT NULL,
+    gap_policy text NOT NULL,
+    gap_timeout interval,
+    max_release_batch integer NOT NULL CHECK (max_release_batch > 0),
+    created_at timestamptz NOT NULL DEFAULT pg_catalog.now()
+);
+ALTER SEQUENCE ordered_events.stream_id_seq OWNED BY ordered_events.stream_def.stream_id;
+COMMENT ON TABLE ordered_events.stream_def IS
+    'Internal: one row per stream, its configuration';
+
+-- Release progress of each stream.  Its row lock serialises release steps.
+CREATE TABLE ordered_events.stream_progress (
+    stream_id integer PRIMARY KEY
+        REFERENCES ordered_events.stream_def ON DELETE CASCADE,
+    range_start bigint NOT NULL,
+    range_end bigint NOT NULL,
+    max_event_ts timestamptz,
+    released_count bigint NOT NULL DEFAULT 0,
+    gap_start bigint,               -- first missing seq a release step saw
+    gap_first_seen timestamptz,     -- when it first saw it
+    updated_at timestamptz NOT NULL DEFAULT pg_catalog.now()
+);
+COMMENT ON TABLE ordered_events.stream_progress IS
+    'Internal: contiguous range and release counters of each stream';
+
+-- Accepted events.  Column order keeps the fixed-width part free of padding.
+CREATE TABLE ordered_events.events (
+    stream_id integer NOT NULL,
+    seq bigint NOT NULL,
+    event_ts timestamptz NOT NULL,
+    alignment_ts timestamptz NOT NULL,
+    received_at timestamptz NOT NULL,
+    key text NOT NULL,
+    payload jsonb,
+    CONSTRAINT events_pkey PRIMARY KEY (stream_id, seq)
+);
+COMMENT ON TABLE ordered_events.events IS
+    'Internal: every accepted event, pending or released';
+
+-- One row per release step: when the seqs [seq_start, seq_end) were released.
+CREATE TABLE ordered_events.release_log (
+    stream_id integer NOT NULL,
+    seq_start bigint NOT NULL,
+    seq_end bigint NOT NULL,
+    released_at timestamptz NOT NULL,
+    PRIMARY KEY (stream_id, seq_end)
+);
+COMMENT ON TABLE ordered_events.release_log IS
+    'Internal: the release steps of each stream, for released_at';
+
+CREATE TABLE ordered_events.unprocessed (
+    stream text NOT NULL,
+    seq bigint NOT NULL,
+    key text NOT NULL,
+    payload jsonb,
+    event_ts timestamptz,
+    reason ordered_events.outcome NOT NULL,
+    detail text,
+    received_at timestamptz NOT NULL DEFAULT pg_catalog.now()
+);
+CREATE INDEX unprocessed_stream_key_idx ON ordered_events.unprocessed (stream, key);
+COMMENT ON TABLE ordered_events.unprocessed IS
+    'Events received but never to be released, with the reason (dead letters)';
+
+CREATE TABLE ordered_events.skipped_gaps (
+    stream text NOT NULL,
+    key text,
+    gap_start bigint NOT NULL,
+    gap_end bigint NOT NULL,
+    reason text NOT NULL,
+    skipped_at timestamptz NOT NULL DEFAULT pg_catalog.now()
+);
+CREATE INDEX skipped_gaps_stream_idx ON ordered_events.skipped_gaps (stream, gap_start);
+COMMENT ON TABLE ordered_events.skipped_gaps IS
+    'Ledger of skipped gaps (inclusive bounds): every seq the range passed without an event';
+
+SELECT pg_catalog.pg_extension_config_dump('ordered_events.stream_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('ordered_events.stream_def', '');
+SELECT pg_catalog.pg_extension_config_dump('ordered_events.stream_progress', '');
+SELECT pg_catalog.pg_extension_config_dump('ordered_events.events', '');
+SELECT pg_catalog.pg_extension_config_dump('ordered_events.release_log', '');
+SELECT pg_catalog.pg_extension_config_dump('ordered_events.unprocessed', '');
+SELECT pg_catalog.pg_extension_config_dump('ordered_events.skipped_gaps', '');
+
+-- Every change to stream_def must reach the stream cache of every backend.
+CREATE FUNCTION ordered_events.stream_def_changed() RETURNS trigger
+    LANGUAGE c AS 'MODULE_PATHNAME', 'oe_stream_def_changed';
+CREATE TRIGGER stream_def_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON ordered_events.stream_def
+    FOR EACH STATEMENT EXECUTE FUNCTION ordered_events.stream_def_changed();
+
+/*
+ * Streams
+ */
+
+-- Raise the error for an option value that is not allowed.
+CREATE FUNCTION ordered_events.invalid_option(option text, value text, hint text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RAISE EXCEPTION 'invalid value for %: %', option, coalesce(value, 'NULL')
+        USING ERRCODE = 'invalid_parameter_value', HINT = hint;
+END;
+$$;
+
+-- Check the gap and batch options shared by create_stream and alter_stream.
+CREATE FUNCTION ordered_events.check_release_options(
+    sequencing text, gap_policy text, gap_timeout interval, max_release_batch integer)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF gap_policy IS NULL OR gap_policy NOT IN ('wait', 'timeout', 'fence') THEN
+        PERFORM ordered_events.invalid_option('gap_policy', gap_policy,
+            'Use ''wait'', ''timeout'' or ''fence''.');
+    END IF;
+    IF gap_policy IN ('timeout', 'fence') THEN
+        RAISE EXCEPTION 'gap_policy ''%'' is not supported in this version', gap_policy
+            USING ERRCODE = 'feature_not_supported',
+                  HINT = 'Use gap_policy => ''wait''.';
+    END IF;
+    IF gap_timeout IS NOT NULL THEN
+        RAISE EXCEPTION 'gap_timeout is only valid with gap_policy ''timeout'''
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Leave gap_timeout NULL.';
+    END IF;
+    IF max_release_batch IS NULL OR max_release_batch < 1 THEN
+        PERFORM ordered_events.invalid_option('max_release_batch', max_release_batch::text,
+            'max_release_batch is the most events one release step releases; use a positive number.');
+    END IF;
+END;
+$$;
+
+CREATE FUNCTION ordered_events.create_stream(
+    stream text,
+    sequencing text DEFAULT 'global',
+    initial_sequence bigint DEFAULT 1,
+    gap_policy text DEFAULT 'wait',
+    gap_timeout interval DEFAULT NULL,
+    max_release_batch integer DEFAULT 10000)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    new_id integer;
+BEGIN
+    IF stream IS NULL OR stream !~ '^[a-z_][a-z0-9_]{0,62}$' THEN
+        RAISE EXCEPTION 'invalid stream name: %', coalesce(quote_literal(stream), 'NULL')
+            USING ERRCODE = 'invalid_name',
+                  HINT = 'A stream name has 1 to 63 characters: lower-case letters, digits and underscores, not starting with a digit.';
+    END IF;
+    IF sequencing IS NULL OR sequencing NOT IN ('global', 'per_key') THEN
+        PERFORM ordered_events.invalid_option('sequencing', sequencing,
+            'Use ''global''.');
+    END IF;
+    IF sequencing = 'per_key' THEN
+        RAISE EXCEPTION 'per-key sequencing is not supported in this version'
+            USING ERRCODE = 'feature_not_supported',
+                  HINT = 'Use sequencing => ''global''.';
+    END IF;
+    IF initial_sequence IS NULL OR initial_sequence = 9223372036854775807 THEN
+        PERFORM ordered_events.invalid_option('initial_sequence', initial_sequence::text,
+            'Use a bigint below 9223372036854775807; the default is 1.');
+    END IF;
+    PERFORM ordered_events.check_release_options(sequencing, gap_policy, gap_timeout,
+                                                 max_release_batch);
+
+    BEGIN
+        INSERT INTO ordered_events.stream_def AS d
+            (stream, sequencing, initial_sequence, gap_policy, gap_timeout, max_release_batch)
+        VALUES (create_stream.stream, create_stream.sequencing, create_stream.initial_sequence,
+                create_stream.gap_policy, create_stream.gap_timeout,
+                create_stream.max_release_batch)
+        RETURNING d.stream_id INTO new_id;
+    EXCEPTION WHEN unique_violation THEN
+        RAISE EXCEPTION 'stream "%" already exists', stream
+            USING ERRCODE = 'duplicate_object',
+                  HINT = 'Change it with ordered_events.alter_stream(), or drop it first with ordered_events.drop_stream().';
+    END;
+
+    INSERT INTO ordered_events.stream_progress (stream_id, range_start, range_end)
+    VALUES (new_id, create_stream.initial_sequence, create_stream.initial_sequence);
+END;
+$$;
+COMMENT ON FUNCTION ordered_events.create_stream(text, text, bigint, text, interval, integer) IS
+    'Create a stream: an independent sequence space with its own range and release budget';
+
+-- Lock and return the definition of a stream, or raise undefined_object.
+CREATE FUNCTION ordered_events.stream_for_update(stream text)
+RETURNS ordered_events.stream_def
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    d ordered_events.stream_def;
+BEGIN
+    SELECT * INTO d FROM ordered_events.stream_def s
+     WHERE s.stream = stream_for_update.stream FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'stream "%" does not exist', stream
+            USING ERRCODE = 'undefined_object',
+                  HINT = 'Create it with ordered_events.create_stream(), or see ordered_events.streams for the existing ones.';
+    END IF;
+    RETURN d;
+END;
+$$;
+
+CREATE FUNCTION ordered_events.alter_stream(
+    stream text,
+    gap_policy text DEFAULT NULL,
+    gap_timeout interval DEFAULT NULL,
+    max_release_batch integer DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    d ordered_events.stream_def := ordered_events.stream_for_update(stream);
+BEGIN
+    d.gap_policy := coalesce(alter_stream.gap_policy, d.gap_policy);
+    d.gap_timeout := coalesce(alter_stream.gap_timeout, d.gap_timeout);
+    d.max_release_batch := coalesce(alter_stream.max_release_batch, d.max_release_batch);
+    PERFORM ordered_events.check_release_options(d.sequencing, d.gap_policy, d.gap_timeout,
+                                                 d.max_release_batch);
+    UPDATE ordered_events.stream_def s
+       SET gap_policy = d.gap_policy,
+           gap_timeout = d.gap_timeout,
+           max_release_batch = d.max_release_batch
+     WHERE s.stream_id = d.stream_id;
+END;
+$$;
+COMMENT ON FUNCTION ordered_events.alter_stream(text, text, interval, integer) IS
+    'Change the gap policy or release batch of a stream; NULL keeps the value';
+
+CREATE FUNCTION ordered_events.drop_stream(stream text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    d ordered_events.stream_def;
+BEGIN
+    /*
+     * Wait for every transaction that may be writing events, so that none
+     * can add an event to the stream after its rows are gone.
+     */
+    LOCK TABLE ordered_events.events IN SHARE ROW EXCLUSIVE MODE;
+    d := ordered_events.stream_for_update(stream);
+    DELETE FROM ordered_events.events e WHERE e.stream_id = d.stream_id;
+    DELETE FROM ordered_events.release_log l WHERE l.stream_id = d.stream_id;
+    DELETE FROM ordered_events.unprocessed u WHERE u.stream = d.stream;
+    DELETE FROM ordered_events.skipped_gaps g WHERE g.stream = d.stream;
+    DELETE FROM ordered_events.stream_def s WHERE s.stream_id = d.stream_id;
+END;
+$$;
+COMMENT ON FUNCTION ordered_events.drop_stream(text) IS
+    'Remove a stream with all its events, dead letters and history';
+
+CREATE VIEW ordered_events.streams AS
+SELECT d.stream, d.sequencing, d.initial_sequence, d.gap_policy, d.gap_timeout,
+       d.max_release_batch, d.created_at
+  FROM ordered_events.stream_def d;
+COMMENT ON VIEW ordered_events.streams IS 'The streams and their configuration';
+
+/*
+ * Writing
+ */
+
+CREATE FUNCTION ordered_events.ingest(
+    stream text,
+    seq bigint,
+    key text,
+    payload jsonb DEFAULT NULL,
+    event_ts timestamptz DEFAULT NULL,
+    alignment_ts timestamptz DEFAULT NULL,
+    last_event boolean DEFAULT false)
+RETURNS ordered_events.outcome
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'oe_ingest';
+COMMENT ON FUNCTION ordered_events.ingest(text, bigint, text, jsonb, timestamptz, timestamptz, boolean) IS
+    'Write one event; returns accepted or the reason it went to unprocessed';
+
+CREATE VIEW ordered_events.inbox AS
+SELECT NULL::text AS stream, NULL::bigint AS seq, NULL::text AS key,
+       NULL::jsonb AS payload, NULL::timestamptz AS event_ts,
+       NULL::timestamptz AS alignment_ts, false AS last_event
+ WHERE false;
+ALTER VIEW ordered_events.inbox ALTER COLUMN last_event SET DEFAULT false;
+COMMENT ON VIEW ordered_events.inbox IS
+    'Bulk ingest: INSERT or COPY rows here; each follows the rules of ingest()';
+
+CREATE FUNCTION ordered_events.inbox_insert() RETURNS trigger
+    LANGUAGE c AS 'MODULE_PATHNAME', 'oe_inbox_insert';
+CREATE TRIGGER inbox_insert
+    INSTEAD OF INSERT ON ordered_events.inbox
+    FOR EACH ROW EXECUTE FUNCTION ordered_events.inbox_insert();
+
+/*
+ * Releasing
+ */
+
+CREATE FUNCTION ordered_events.release(stream text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'oe_release';
+COMMENT ON FUNCTION ordered_events.release(text) IS
+    'Advance the range of one stream (NULL: every stream) over arrived events; returns how many were released';
+
+/*
+ * Reading
+ */
+
+CREATE VIEW ordered_events.released AS
+SELECT d.stream, e.seq, e.key, e.payload, e.event_ts, e.alignment_ts, e.received_at,
+       (SELECT l.released_at
+          FROM ordered_events.release_log l
+         WHERE l.stream_id = e.stream_id AND l.seq_end > e.seq
+         ORDER BY l.seq_end
+         LIMIT 1) AS released_at
+  FROM ordered_events.stream_def d
+  JOIN ordered_events.stream_progress p ON p.stream_id = d.stream_id
+  JOIN ordered_events.events e ON e.stream_id = d.stream_id AND e.seq < p.range_end
+ ORDER BY d.stream, e.seq;
+COMMENT ON VIEW ordered_events.released IS
+    'The ordered view: every released event, by stream and seq';
+
+CREATE VIEW ordered_events.pending AS
+SELECT d.stream, e.seq, e.key, e.payload, e.event_ts, e.alignment_ts, e.received_at
+  FROM ordered_events.stream_def d
+  JOIN ordered_events.stream_progress p ON p.stream_id = d.stream_id
+  JOIN ordered_events.events e ON e.stream_id = d.stream_id AND e.seq >= p.range_end
+ ORDER BY d.stream, e.seq;
+COMMENT ON VIEW ordered_events.pending IS
+    'Accepted events that wait for a lower seq';
+
+CREATE VIEW ordered_events.ranges AS
+SELECT d.stream, p.range_start, p.range_end, p.max_event_ts, p.updated_at
+  FROM ordered_events.stream_def d
+  JOIN ordered_events.stream_progress p ON p.stream_id = d.stream_id
+ WHERE d.sequencing = 'global';
+COMMENT ON VIEW ordered_events.ranges IS
+    'The contiguous range [range_start, range_end) of each global stream';
+
+CREATE VIEW ordered_events.key_status AS
+WITH accepted AS (
+    SELECT d.stream, e.key,
+           max(e.seq) FILTER (WHERE e.seq < p.range_end) AS last_released_seq,
+           count(*) FILTER (WHERE e.seq >= p.range_end) AS buffered_count,
+           min(e.seq) FILTER (WHERE e.seq >= p.range_end) AS earliest_buffered_seq,
+           max(e.seq) FILTER (WHERE e.seq >= p.range_end) AS latest_buffered_seq,
+           count(*) AS received_count,
+           count(*) FILTER (WHERE e.seq < p.range_end) AS released_count
+      FROM ordered_events.stream_def d
+      JOIN ordered_events.stream_progress p ON p.stream_id = d.stream_id
+      JOIN ordered_events.events e ON e.stream_id = d.stream_id
+     GROUP BY d.stream, e.key
+), rejected AS (
+    SELECT u.stream, u.key,
+           count(*) AS received_count,
+           count(*) FILTER (WHERE u.reason = 'duplicate') AS duplicate_count
+      FROM ordered_events.unprocessed u
+     GROUP BY u.stream, u.key
+)
+SELECT coalesce(a.stream, r.stream) AS stream,
+       coalesce(a.key, r.key) AS key,
+       a.last_released_seq,
+       coalesce(a.buffered_count, 0) AS buffered_count,
+       a.earliest_buffered_seq,
+       a.latest_buffered_seq,
+       coalesce(a.received_count, 0) + coalesce(r.received_count, 0) AS received_count,
+       coalesce(a.released_count, 0) AS released_count,
+       coalesce(r.duplicate_count, 0) AS duplicate_count,
+       false AS last_event_received
+  FROM accepted a
+  FULL JOIN rejected r ON r.stream = a.stream AND r.key = a.key;
+COMMENT ON VIEW ordered_events.key_status IS
+    'Processing status of every key (Apache Beam''s OrderedProcessingStatus)';
+
+CREATE FUNCTION ordered_events.gaps(stream text)
+RETURNS TABLE (key text, gap_start bigint, gap_end bigint, first_seen timestamptz)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    s record;
+BEGIN
+    SELECT d.stream_id, p.range_end, p.gap_start, p.gap_first_seen INTO s
+      FROM ordered_events.stream_def d
+      JOIN ordered_events.stream_progress p ON p.stream_id = d.stream_id
+     WHERE d.stream = gaps.stream;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'stream "%" does not exist', gaps.stream
+            USING ERRCODE = 'undefined_object',
+                  HINT = 'See ordered_events.streams for the existing streams.';
+    END IF;
+
+    RETURN QUERY
+    SELECT NULL::text, a.prev_seq + 1, a.seq - 1,
+           CASE WHEN a.prev_seq + 1 = s.gap_start THEN s.gap_first_seen END
+      FROM (SELECT e.seq,
+                   lag(e.seq, 1, s.range_end - 1) OVER (ORDER BY e.seq) AS prev_seq
+              FROM ordered_events.events e
+             WHERE e.stream_id = s.stream_id AND e.seq >= s.range_end) a
+     WHERE a.seq > a.prev_seq + 1
+     ORDER BY 2;
+END;
+$$;
+COMMENT ON FUNCTION ordered_events.gaps(text) IS
+    'The missing runs (inclusive bounds) between the released part and the highest arrived seq';
+
+CREATE VIEW ordered_events.stream_stats AS
+SELECT d.stream,
+       p.range_end,
+       mx.max_seen_seq,
+       pe.pending_count,
+       p.released_count,
+       un.unprocessed_count,
+       pe.oldest_pending_at,
+       CASE WHEN pe.pending_count > 0 THEN p.range_end END AS first_gap_start,
+       CASE WHEN pe.pending_count > 0 AND p.gap_start = p.range_end
+            THEN p.gap_first_seen END AS first_gap_since,
+       sk.skipped_count
+  FROM ordered_events.stream_def d
+  JOIN ordered_events.stream_progress p ON p.stream_id = d.stream_id
+ CROSS JOIN LATERAL (
+        SELECT max(e.seq) AS max_seen_seq
+          FROM ordered_events.events e WHERE e.stream_id = d.stream_id) mx
+ CROSS JOIN LATERAL (
+        SELECT count(*) AS pending_count, min(e.received_at) AS oldest_pending_at
+          FROM ordered_events.events e
+         WHERE e.stream_id = d.stream_id AND e.seq >= p.range_end) pe
+ CROSS JOIN LATERAL (
+        SELECT count(*) AS unprocessed_count
+          FROM ordered_events.unprocessed u WHERE u.stream = d.stream) un
+ CROSS JOIN LATERAL (
+        SELECT coalesce(sum(g.gap_end - g.gap_start + 1), 0)::bigint AS skipped_count
+          FROM ordered_events.skipped_gaps g WHERE g.stream = d.stream) sk;
+COMMENT ON VIEW ordered_events.stream_stats IS
+    'One row per stream: range, backlog, dead letters and the first gap';

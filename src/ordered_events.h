@@ -1,0 +1,90 @@
+/*-------------------------------------------------------------------------
+ *
+ * ordered_events.h
+ *	  Internal interface shared by the modules of the ordered_events extension.
+ *
+ * Every internal symbol starts with "oe_".  The SQL objects live in the fixed
+ * schema "ordered_events"; see ordered_events--*.sql for the tables.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef ORDERED_EVENTS_H
+#define ORDERED_EVENTS_H
+
+#include "postgres.h"
+
+#include "datatype/timestamp.h"
+#include "nodes/pg_list.h"
+#include "utils/jsonb.h"
+
+#define OE_SCHEMA			"ordered_events"
+#define OE_MAX_KEY_BYTES	1024
+
+/* Column numbers of ordered_events.events; catalog.c checks them at load. */
+#define Anum_oe_events_stream_id	1
+#define Anum_oe_events_seq			2
+#define Anum_oe_events_event_ts		3
+#define Anum_oe_events_alignment_ts 4
+#define Anum_oe_events_received_at	5
+#define Anum_oe_events_key			6
+#define Anum_oe_events_payload		7
+#define Natts_oe_events				7
+
+/* The labels of ordered_events.outcome, in declaration order. */
+typedef enum OeOutcome
+{
+	OE_ACCEPTED,
+	OE_DUPLICATE,
+	OE_BEFORE_INITIAL_SEQUENCE,
+	OE_SEQUENCE_ID_OUTSIDE_VALID_RANGE,
+	OE_AFTER_LAST_EVENT,
+	OE_GAP_SKIPPED,
+	OE_NUM_OUTCOMES
+} OeOutcome;
+
+/* A stream's definition, as cached by catalog.c. */
+typedef struct OeStream
+{
+	char		name[NAMEDATALEN];	/* hash key; names are at most 63 bytes */
+	int32		stream_id;
+	bool		per_key;
+	int64		initial_sequence;
+	int32		max_release_batch;
+} OeStream;
+
+/* The OIDs of the extension's relations in the current database. */
+typedef struct OeRelations
+{
+	Oid			events;
+	Oid			events_pkey;
+	Oid			stream_def;
+	Oid			outcome_type;
+} OeRelations;
+
+/* An event as a producer hands it over (ingest() or a row of inbox). */
+typedef struct OeEvent
+{
+	int64		seq;
+	text	   *key;
+	Jsonb	   *payload;		/* NULL for SQL NULL */
+	TimestampTz event_ts;
+	TimestampTz alignment_ts;
+	bool		last_event;
+} OeEvent;
+
+/* catalog.c */
+extern void oe_catalog_init(void);
+extern const OeRelations *oe_relations(void);
+extern bool oe_lookup_stream(const char *name, OeStream *stream);
+extern OeStream oe_stream_or_error(text *name);
+extern List *oe_all_streams(void);
+extern Datum oe_outcome_datum(OeOutcome outcome);
+extern const char *oe_outcome_name(OeOutcome outcome);
+
+/* ingest.c */
+extern OeOutcome oe_ingest_event(const OeStream *stream, const OeEvent *event);
+
+/* release.c */
+extern int64 oe_release_stream(const OeStream *stream);
+
+#endif							/* ORDERED_EVENTS_H */
