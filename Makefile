@@ -10,7 +10,10 @@ OBJS = \
 	src/catalog.o \
 	src/ingest.o \
 	src/ordered_events.o \
-	src/release.o
+	src/release.o \
+	src/shmem.o \
+	src/worker.o
+PG_CPPFLAGS = -DOE_LIBRARY_VERSION='"$(EXTVERSION)"'
 
 DATA = $(EXTENSION)--$(EXTVERSION).sql
 PGFILEDESC = "ordered_events - ordered, exactly-once release of sequenced events"
@@ -21,14 +24,18 @@ REGRESS_OPTS = --load-extension=$(EXTENSION)
 ISOLATION = $(patsubst test/isolation/specs/%.spec,%,$(sort $(wildcard test/isolation/specs/*.spec)))
 ISOLATION_OPTS = --inputdir=test/isolation --load-extension=$(EXTENSION)
 
-TAP_TESTS = 1
+# TAP tests make their own clusters: run by `make installcheck-tap` as a
+# non-root user (test/run does that), not by `make installcheck`.
 PROVE_TESTS = test/t/*.pl
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
-.PHONY: test demo bench
+.PHONY: test demo bench installcheck-tap
+
+installcheck-tap:
+	$(prove_installcheck)
 
 # Everything, on a throwaway cluster: pg_regress, isolation, pgTAP, TAP.
 test:

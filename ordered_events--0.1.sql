@@ -471,3 +471,20 @@ SELECT d.stream,
           FROM ordered_events.skipped_gaps g WHERE g.stream = d.stream) sk;
 COMMENT ON VIEW ordered_events.stream_stats IS
     'One row per stream: range, backlog, dead letters and the first gap';
+
+/*
+ * Background worker
+ */
+
+CREATE FUNCTION ordered_events.worker_status_internal(
+    OUT database text, OUT pid integer, OUT state text,
+    OUT started_at timestamptz, OUT last_cycle_at timestamptz,
+    OUT cycles bigint, OUT released_total bigint, OUT last_error text)
+RETURNS SETOF record
+LANGUAGE c VOLATILE PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'oe_worker_status';
+
+CREATE VIEW ordered_events.worker_status AS
+SELECT * FROM ordered_events.worker_status_internal();
+COMMENT ON VIEW ordered_events.worker_status IS
+    'One row per database served by the background worker';

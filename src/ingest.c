@@ -163,6 +163,7 @@ oe_ingest_event(const OeStream *stream, const OeEvent *event)
 	if (outcome != OE_ACCEPTED)
 		insert_unprocessed(stream, event, outcome, detail);
 	SPI_finish();
+	oe_note_events_written();
 	return outcome;
 }
 

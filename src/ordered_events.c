@@ -1,22 +1,69 @@
 /*-------------------------------------------------------------------------
  *
  * ordered_events.c
- *	  Module initialisation of the ordered_events extension.
+ *	  Module initialisation and configuration of the ordered_events extension.
  *
- * _PG_init stays thin: each module registers what it needs.
+ * _PG_init stays thin: it defines the GUCs and lets each module register
+ * what it needs.  Shared memory and the background workers exist only when
+ * the library is in shared_preload_libraries; without it every SQL function
+ * still works and release() is called by hand.
  *
  *-------------------------------------------------------------------------
  */
 #include "ordered_events.h"
 
 #include "fmgr.h"
+#include "miscadmin.h"
+#include "utils/guc.h"
 
 PG_MODULE_MAGIC;
 
 void		_PG_init(void);
 
+char	   *oe_databases = NULL;
+int			oe_naptime = 1000;
+bool		oe_enabled = true;
+
+static void
+define_gucs(void)
+{
+	DefineCustomStringVariable("ordered_events.databases",
+							   "Databases whose events the background worker releases.",
+							   "A comma-separated list of database names.",
+							   &oe_databases,
+							   "",
+							   PGC_SIGHUP,
+							   GUC_LIST_INPUT,
+							   NULL, NULL, NULL);
+	DefineCustomIntVariable("ordered_events.naptime",
+							"Time between two release cycles when no commit wakes the worker.",
+							NULL,
+							&oe_naptime,
+							1000, 10, 3600 * 1000,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+	DefineCustomBoolVariable("ordered_events.enabled",
+							 "Whether the background worker releases events.",
+							 NULL,
+							 &oe_enabled,
+							 true,
+							 PGC_SIGHUP,
+							 0,
+							 NULL, NULL, NULL);
+	MarkGUCPrefixReserved("ordered_events");
+}
+
 void
 _PG_init(void)
 {
+	/* pg_upgrade must not see a worker write to the databases it moves. */
+	if (IsBinaryUpgrade)
+		return;
+
+	define_gucs();
 	oe_catalog_init();
+	oe_shmem_init();
+	if (process_shared_preload_libraries_in_progress)
+		oe_worker_init();
 }

@@ -15,6 +15,8 @@
 
 #include "datatype/timestamp.h"
 #include "nodes/pg_list.h"
+#include "storage/latch.h"
+#include "storage/lwlock.h"
 #include "utils/jsonb.h"
 
 #define OE_SCHEMA			"ordered_events"
@@ -72,6 +74,37 @@ typedef struct OeEvent
 	bool		last_event;
 } OeEvent;
 
+/* One served database, in shared memory (see shmem.c). */
+#define OE_MAX_DATABASES	64
+#define OE_ERROR_LEN		256
+
+typedef struct OeWorkerSlot
+{
+	bool		in_use;			/* claimed by the launcher */
+	bool		dropping;		/* DROP DATABASE asked the worker to leave */
+	Oid			dboid;
+	char		dbname[NAMEDATALEN];
+	pid_t		pid;			/* 0 when no worker runs */
+	Latch	   *latch;
+	char		state[32];
+	TimestampTz started_at;
+	TimestampTz last_cycle_at;
+	int64		cycles;
+	int64		released_total;
+	char		last_error[OE_ERROR_LEN];
+} OeWorkerSlot;
+
+typedef struct OeShared
+{
+	LWLock	   *lock;
+	OeWorkerSlot slots[OE_MAX_DATABASES];
+} OeShared;
+
+/* GUCs (ordered_events.c) */
+extern char *oe_databases;
+extern int	oe_naptime;
+extern bool oe_enabled;
+
 /* catalog.c */
 extern void oe_catalog_init(void);
 extern const OeRelations *oe_relations(void);
@@ -86,5 +119,14 @@ extern OeOutcome oe_ingest_event(const OeStream *stream, const OeEvent *event);
 
 /* release.c */
 extern int64 oe_release_stream(const OeStream *stream);
+
+/* shmem.c */
+extern OeShared *oe_shared;
+extern void oe_shmem_init(void);
+extern void oe_note_events_written(void);
+extern void oe_wake_worker(Oid dboid);
+
+/* worker.c */
+extern void oe_worker_init(void);
 
 #endif							/* ORDERED_EVENTS_H */

@@ -1,0 +1,161 @@
+/*-------------------------------------------------------------------------
+ *
+ * shmem.c
+ *	  Shared state of the background workers, the wake-up at commit, and the
+ *	  worker_status() view over it.
+ *
+ * One slot per served database: the launcher claims it, the database's
+ * worker fills in its pid and latch and its counters.  Everything in a slot
+ * is protected by the extension's LWLock, except the counters that only the
+ * slot's own worker writes, which others may read slightly stale.
+ *
+ * A transaction that wrote events sets the latch of its database's worker
+ * when it commits, so a filled gap is released within milliseconds.  Without
+ * shared_preload_libraries there is no shared state: the wake-up does
+ * nothing and worker_status() raises an error.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "ordered_events.h"
+
+#include "access/xact.h"
+#include "commands/dbcommands.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/shmem.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+
+OeShared   *oe_shared = NULL;
+
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+/* This transaction wrote events: wake the worker at commit. */
+static bool events_written = false;
+
+static void
+shmem_request(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	RequestAddinShmemSpace(sizeof(OeShared));
+	RequestNamedLWLockTranche("ordered_events", 1);
+}
+
+static void
+shmem_startup(void)
+{
+	bool		found;
+
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	oe_shared = ShmemInitStruct("ordered_events", sizeof(OeShared), &found);
+	if (!found)
+	{
+		memset(oe_shared, 0, sizeof(OeShared));
+		oe_shared->lock = &(GetNamedLWLockTranche("ordered_events"))->lock;
+	}
+	LWLockRelease(AddinShmemInitLock);
+}
+
+static void
+wake_at_commit(XactEvent event, void *arg)
+{
+	if (event == XACT_EVENT_COMMIT && events_written)
+		oe_wake_worker(MyDatabaseId);
+	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT ||
+		event == XACT_EVENT_PARALLEL_COMMIT || event == XACT_EVENT_PARALLEL_ABORT ||
+		event == XACT_EVENT_PREPARE)
+		events_written = false;
+}
+
+/*
+ * Called from _PG_init.  Shared memory only exists when the library is
+ * preloaded; the commit callback is harmless without it.
+ */
+void
+oe_shmem_init(void)
+{
+	if (process_shared_preload_libraries_in_progress)
+	{
+		prev_shmem_request_hook = shmem_request_hook;
+		shmem_request_hook = shmem_request;
+		prev_shmem_startup_hook = shmem_startup_hook;
+		shmem_startup_hook = shmem_startup;
+	}
+	RegisterXactCallback(wake_at_commit, NULL);
+}
+
+/* Remember that the current transaction wrote events. */
+void
+oe_note_events_written(void)
+{
+	events_written = true;
+}
+
+/* Set the latch of the worker serving a database, if it has one. */
+void
+oe_wake_worker(Oid dboid)
+{
+	if (oe_shared == NULL)
+		return;
+	LWLockAcquire(oe_shared->lock, LW_SHARED);
+	for (int i = 0; i < OE_MAX_DATABASES; i++)
+	{
+		OeWorkerSlot *slot = &oe_shared->slots[i];
+
+		if (slot->in_use && slot->dboid == dboid && slot->latch != NULL)
+			SetLatch(slot->latch);
+	}
+	LWLockRelease(oe_shared->lock);
+}
+
+/*
+ * worker_status() returns one row per served database: database, pid, state,
+ * started_at, last_cycle_at, cycles, released_total, last_error.
+ */
+PG_FUNCTION_INFO_V1(oe_worker_status);
+Datum
+oe_worker_status(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+
+	if (oe_shared == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("the ordered_events background worker is not loaded"),
+				 errhint("Add ordered_events to shared_preload_libraries in postgresql.conf and restart the server.")));
+
+	InitMaterializedSRF(fcinfo, 0);
+
+	LWLockAcquire(oe_shared->lock, LW_SHARED);
+	for (int i = 0; i < OE_MAX_DATABASES; i++)
+	{
+		OeWorkerSlot *slot = &oe_shared->slots[i];
+		Datum		values[8];
+		bool		nulls[8] = {0};
+
+		if (!slot->in_use)
+			continue;
+		values[0] = CStringGetTextDatum(slot->dbname);
+		values[1] = Int32GetDatum(slot->pid);
+		nulls[1] = (slot->pid == 0);
+		values[2] = CStringGetTextDatum(slot->pid == 0 ? "stopped" : slot->state);
+		values[3] = TimestampTzGetDatum(slot->started_at);
+		nulls[3] = (slot->started_at == 0);
+		values[4] = TimestampTzGetDatum(slot->last_cycle_at);
+		nulls[4] = (slot->last_cycle_at == 0);
+		values[5] = Int64GetDatum(slot->cycles);
+		values[6] = Int64GetDatum(slot->released_total);
+		values[7] = CStringGetTextDatum(slot->last_error);
+		nulls[7] = (slot->last_error[0] == '\0');
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	LWLockRelease(oe_shared->lock);
+	return (Datum) 0;
+}

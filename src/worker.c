@@ -1,0 +1,582 @@
+/*-------------------------------------------------------------------------
+ *
+ * worker.c
+ *	  Background workers: a launcher, and one worker per served database
+ *	  that releases events continuously.
+ *
+ * The launcher is a static worker connected to no database.  Every naptime,
+ * and whenever its configuration is reloaded or one of its workers starts or
+ * stops, it compares ordered_events.databases with the workers it runs:
+ * it starts a worker for each listed database that exists and has none (a
+ * worker that died, was terminated or crashed comes back this way), and
+ * stops the workers of databases no longer listed.
+ *
+ * A database worker sleeps on its latch, which a committing transaction
+ * that wrote events sets (shmem.c), or for naptime.  Each cycle runs one
+ * release step for every stream with a releasable event, oldest waiting
+ * event first, each in its own transaction bounded by max_release_batch, so
+ * one huge backlog cannot starve the other streams.  An error in one stream
+ * is caught, logged once, shown in worker_status, and the cycle goes on.
+ * A database without the extension is checked quietly every naptime.
+ *
+ * DROP DATABASE waits only a few seconds for other sessions to leave, and
+ * does not ask background workers to: an object-access hook, run by the
+ * dropping backend before that wait, terminates our worker, and the
+ * launcher starts no worker in a database whose drop is in progress.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "ordered_events.h"
+
+#include <signal.h>
+
+#include "access/xact.h"
+#include "catalog/objectaccess.h"
+#include "catalog/pg_database.h"
+#include "catalog/pg_extension.h"
+#include "commands/dbcommands.h"
+#include "commands/extension.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/lmgr.h"
+#include "storage/proc.h"
+#include "tcop/tcopprot.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+#include "utils/varlena.h"
+
+/* A worker waits this long for a lock before it gives up on a stream. */
+#define OE_WORKER_LOCK_TIMEOUT	"1s"
+
+PGDLLEXPORT void oe_launcher_main(Datum arg);
+PGDLLEXPORT void oe_database_worker_main(Datum arg);
+
+static object_access_hook_type prev_object_access_hook = NULL;
+
+/*
+ * DROP DATABASE hook: ask the worker of the database to leave, before the
+ * dropping backend waits for other sessions to disconnect.
+ */
+static void
+drop_database_hook(ObjectAccessType access, Oid classId, Oid objectId,
+				   int subId, void *arg)
+{
+	if (prev_object_access_hook)
+		prev_object_access_hook(access, classId, objectId, subId, arg);
+
+	if (access != OAT_DROP || classId != DatabaseRelationId || oe_shared == NULL)
+		return;
+
+	LWLockAcquire(oe_shared->lock, LW_EXCLUSIVE);
+	for (int i = 0; i < OE_MAX_DATABASES; i++)
+	{
+		OeWorkerSlot *slot = &oe_shared->slots[i];
+
+		if (slot->in_use && slot->dboid == objectId)
+		{
+			slot->dropping = true;
+			if (slot->pid != 0)
+				kill(slot->pid, SIGTERM);
+		}
+	}
+	LWLockRelease(oe_shared->lock);
+}
+
+/* Called from _PG_init when the library is preloaded. */
+void
+oe_worker_init(void)
+{
+	BackgroundWorker worker;
+
+	prev_object_access_hook = object_access_hook;
+	object_access_hook = drop_database_hook;
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = 1;
+	strlcpy(worker.bgw_library_name, "ordered_events", BGW_MAXLEN);
+	strlcpy(worker.bgw_function_name, "oe_launcher_main", BGW_MAXLEN);
+	strlcpy(worker.bgw_name, "ordered_events launcher", BGW_MAXLEN);
+	strlcpy(worker.bgw_type, "ordered_events launcher", BGW_MAXLEN);
+	RegisterBackgroundWorker(&worker);
+}
+
+/*
+ * Launcher
+ */
+
+/* Launcher-local: the handle of the worker of each slot. */
+static BackgroundWorkerHandle *handles[OE_MAX_DATABASES];
+static TimestampTz last_start[OE_MAX_DATABASES];
+
+/* True if a DROP DATABASE of dboid holds the database lock right now. */
+static bool
+database_is_being_dropped(Oid dboid)
+{
+	LOCKTAG		tag;
+
+	SET_LOCKTAG_OBJECT(tag, InvalidOid, DatabaseRelationId, dboid, 0);
+	if (LockAcquire(&tag, AccessShareLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
+		return true;
+	LockRelease(&tag, AccessShareLock, false);
+	return false;
+}
+
+static void
+start_worker(int slotno)
+{
+	BackgroundWorker worker;
+	OeWorkerSlot *slot = &oe_shared->slots[slotno];
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = BGW_NEVER_RESTART;
+	strlcpy(worker.bgw_library_name, "ordered_events", BGW_MAXLEN);
+	strlcpy(worker.bgw_function_name, "oe_database_worker_main", BGW_MAXLEN);
+	snprintf(worker.bgw_name, BGW_MAXLEN, "ordered_events worker for %s", slot->dbname);
+	strlcpy(worker.bgw_type, "ordered_events worker", BGW_MAXLEN);
+	worker.bgw_main_arg = Int32GetDatum(slotno);
+	worker.bgw_notify_pid = MyProcPid;
+
+	last_start[slotno] = GetCurrentTimestamp();
+	if (!RegisterDynamicBackgroundWorker(&worker, &handles[slotno]))
+	{
+		handles[slotno] = NULL;
+		ereport(WARNING,
+				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+				 errmsg("could not start the ordered_events worker for database \"%s\"",
+						slot->dbname),
+				 errhint("Raise max_worker_processes: the launcher and every served database need one each.")));
+	}
+}
+
+static void
+stop_worker(int slotno)
+{
+	if (handles[slotno] != NULL)
+	{
+		TerminateBackgroundWorker(handles[slotno]);
+		pfree(handles[slotno]);
+		handles[slotno] = NULL;
+	}
+}
+
+static bool
+worker_running(int slotno)
+{
+	pid_t		pid;
+
+	return handles[slotno] != NULL &&
+		GetBackgroundWorkerPid(handles[slotno], &pid) != BGWH_STOPPED;
+}
+
+/* Bring the running workers in line with ordered_events.databases. */
+static void
+reconcile_workers(void)
+{
+	char	   *raw = pstrdup(oe_enabled ? oe_databases : "");
+	List	   *names = NIL;
+	Oid			oids[OE_MAX_DATABASES];
+	int			nnames = 0;
+	ListCell   *lc;
+
+	if (!SplitGUCList(raw, ',', &names))
+	{
+		ereport(WARNING,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid list syntax in ordered_events.databases"),
+				 errhint("Use a comma-separated list of database names.")));
+		names = NIL;
+	}
+
+	StartTransactionCommand();
+	foreach(lc, names)
+	{
+		if (nnames == OE_MAX_DATABASES)
+		{
+			ereport(WARNING,
+					(errmsg("ordered_events serves at most %d databases", OE_MAX_DATABASES),
+					 errhint("Shorten ordered_events.databases.")));
+			break;
+		}
+		oids[nnames++] = get_database_oid(lfirst(lc), true);
+	}
+	CommitTransactionCommand();
+
+	LWLockAcquire(oe_shared->lock, LW_EXCLUSIVE);
+
+	/* Stop the workers of databases no longer served. */
+	for (int i = 0; i < OE_MAX_DATABASES; i++)
+	{
+		OeWorkerSlot *slot = &oe_shared->slots[i];
+		bool		wanted = false;
+
+		if (!slot->in_use)
+			continue;
+		for (int j = 0; j < nnames; j++)
+			wanted |= (oids[j] == slot->dboid);
+		if (!wanted)
+		{
+			stop_worker(i);
+			memset(slot, 0, sizeof(*slot));
+		}
+	}
+
+	/* Start a worker for every served database that has none. */
+	for (int j = 0; j < nnames; j++)
+	{
+		int			slotno = -1;
+		int			free_slot = -1;
+
+		if (!OidIsValid(oids[j]))
+			continue;			/* not created yet: checked again next time */
+		for (int i = 0; i < OE_MAX_DATABASES; i++)
+		{
+			if (oe_shared->slots[i].in_use && oe_shared->slots[i].dboid == oids[j])
+				slotno = i;
+			else if (!oe_shared->slots[i].in_use && free_slot < 0)
+				free_slot = i;
+		}
+		if (slotno < 0)
+		{
+			slotno = free_slot;
+			memset(&oe_shared->slots[slotno], 0, sizeof(OeWorkerSlot));
+			oe_shared->slots[slotno].in_use = true;
+			oe_shared->slots[slotno].dboid = oids[j];
+			strlcpy(oe_shared->slots[slotno].dbname, list_nth(names, j), NAMEDATALEN);
+			strlcpy(oe_shared->slots[slotno].state, "starting", 32);
+		}
+		if (worker_running(slotno))
+			continue;
+		/* Restart a failing worker at most once a second. */
+		if (!TimestampDifferenceExceeds(last_start[slotno], GetCurrentTimestamp(), 1000))
+			continue;
+		if (database_is_being_dropped(oids[j]))
+			continue;
+		oe_shared->slots[slotno].dropping = false;
+		if (handles[slotno] != NULL)
+		{
+			pfree(handles[slotno]);
+			handles[slotno] = NULL;
+		}
+		start_worker(slotno);
+	}
+	LWLockRelease(oe_shared->lock);
+
+	list_free(names);
+	pfree(raw);
+}
+
+void
+oe_launcher_main(Datum arg)
+{
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+
+	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
+	pgstat_report_appname("ordered_events launcher");
+	ereport(LOG, (errmsg("ordered_events launcher started")));
+
+	for (;;)
+	{
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+		reconcile_workers();
+
+		/* Woken by a reload, or when a worker starts or stops. */
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 oe_naptime, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+	}
+}
+
+/*
+ * Database worker
+ */
+
+static OeWorkerSlot *my_slot = NULL;
+static bool version_checked = false;
+
+/* Per-worker memory of which streams failed last time, to log once. */
+static List *failing_streams = NIL;
+
+static void
+set_state(const char *state)
+{
+	LWLockAcquire(oe_shared->lock, LW_EXCLUSIVE);
+	strlcpy(my_slot->state, state, sizeof(my_slot->state));
+	LWLockRelease(oe_shared->lock);
+	pgstat_report_activity(STATE_RUNNING, state);
+}
+
+static void
+leave_slot(int code, Datum arg)
+{
+	LWLockAcquire(oe_shared->lock, LW_EXCLUSIVE);
+	if (my_slot->pid == MyProcPid)
+	{
+		my_slot->pid = 0;
+		my_slot->latch = NULL;
+	}
+	LWLockRelease(oe_shared->lock);
+}
+
+/* Warn once if the installed SQL objects are of another version. */
+static void
+check_extension_version(void)
+{
+	char	   *installed;
+
+	if (version_checked)
+		return;
+	version_checked = true;
+
+	SPI_connect();
+	if (SPI_execute("SELECT extversion FROM pg_catalog.pg_extension "
+					"WHERE extname = 'ordered_events'", true, 1) != SPI_OK_SELECT ||
+		SPI_processed != 1)
+		elog(ERROR, "reading the version of ordered_events failed");
+	installed = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+	if (strcmp(installed, OE_LIBRARY_VERSION) != 0)
+		ereport(WARNING,
+				(errmsg("ordered_events library version %s differs from the extension version %s installed in database \"%s\"",
+						OE_LIBRARY_VERSION, installed, my_slot->dbname),
+				 errhint("Run ALTER EXTENSION ordered_events UPDATE in that database.")));
+	SPI_finish();
+}
+
+/*
+ * The streams that need a release step: those whose event at range_end has
+ * arrived, and those with a gap no step has seen yet (its first_seen starts
+ * then).  The stream whose first pending event waited longest comes first.
+ * Returns stream names, allocated in result_context.
+ */
+static List *
+streams_with_work(MemoryContext result_context)
+{
+	List	   *names = NIL;
+
+	SPI_connect();
+	if (SPI_execute("SELECT d.stream "
+					"FROM ordered_events.stream_def d "
+					"JOIN ordered_events.stream_progress p USING (stream_id) "
+					"CROSS JOIN LATERAL ("
+					"  SELECT e.seq, e.received_at FROM ordered_events.events e "
+					"  WHERE e.stream_id = p.stream_id AND e.seq >= p.range_end "
+					"  ORDER BY e.seq LIMIT 1) f "
+					"WHERE f.seq = p.range_end OR p.gap_start IS DISTINCT FROM p.range_end "
+					"ORDER BY f.received_at, d.stream", true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "listing the streams with work failed");
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		char	   *name = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
+		MemoryContext spi = MemoryContextSwitchTo(result_context);
+
+		names = lappend(names, pstrdup(name));
+		MemoryContextSwitchTo(spi);
+	}
+	SPI_finish();
+	return names;
+}
+
+/* Remember or forget that a stream is failing; true if that changed. */
+static bool
+note_stream_failing(const char *name, bool failing)
+{
+	ListCell   *lc;
+	MemoryContext old;
+
+	foreach(lc, failing_streams)
+	{
+		if (strcmp(lfirst(lc), name) == 0)
+		{
+			if (!failing)
+			{
+				pfree(lfirst(lc));
+				failing_streams = foreach_delete_current(failing_streams, lc);
+			}
+			return !failing;
+		}
+	}
+	if (!failing)
+		return false;
+	old = MemoryContextSwitchTo(TopMemoryContext);
+	failing_streams = lappend(failing_streams, pstrdup(name));
+	MemoryContextSwitchTo(old);
+	return true;
+}
+
+/*
+ * One release step for one stream in its own transaction.  Returns the
+ * number released, or -1 after an error, which is logged when the stream
+ * starts failing and recorded in worker_status.
+ */
+static int64
+release_one(const char *name, MemoryContext cycle_context)
+{
+	int64		released = -1;
+
+	PG_TRY();
+	{
+		OeStream	stream;
+
+		StartTransactionCommand();
+		PushActiveSnapshot(GetTransactionSnapshot());
+		released = oe_lookup_stream(name, &stream) ? oe_release_stream(&stream) : 0;
+		PopActiveSnapshot();
+		CommitTransactionCommand();
+		note_stream_failing(name, false);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cycle_context);
+		edata = CopyErrorData();
+		FlushErrorState();
+		AbortCurrentTransaction();
+
+		if (note_stream_failing(name, true))
+			ereport(LOG,
+					(errmsg("ordered_events could not release stream \"%s\": %s",
+							name, edata->message),
+					 errhint("The worker retries every cycle; see ordered_events.worker_status.")));
+		LWLockAcquire(oe_shared->lock, LW_EXCLUSIVE);
+		snprintf(my_slot->last_error, OE_ERROR_LEN, "stream %s: %s", name, edata->message);
+		LWLockRelease(oe_shared->lock);
+		released = -1;
+	}
+	PG_END_TRY();
+	return released;
+}
+
+/*
+ * One cycle: a release step for every stream with work.  Returns true if
+ * some stream may have more to release right away.
+ */
+static bool
+run_cycle(MemoryContext cycle_context)
+{
+	List	   *streams = NIL;
+	ListCell   *lc;
+	bool		more = false;
+	bool		installed;
+	int64		released_total = 0;
+
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	installed = OidIsValid(get_extension_oid("ordered_events", true));
+	if (installed)
+	{
+		check_extension_version();
+		streams = streams_with_work(cycle_context);
+	}
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+
+	if (!installed)
+	{
+		set_state("waiting for extension");
+		return false;
+	}
+
+	set_state("releasing");
+	foreach(lc, streams)
+	{
+		int64		released;
+
+		CHECK_FOR_INTERRUPTS();
+		released = release_one(lfirst(lc), cycle_context);
+		if (released > 0)
+		{
+			released_total += released;
+			more = true;		/* the stream may have more than one batch */
+		}
+	}
+
+	LWLockAcquire(oe_shared->lock, LW_EXCLUSIVE);
+	my_slot->cycles++;
+	my_slot->released_total += released_total;
+	my_slot->last_cycle_at = GetCurrentTimestamp();
+	LWLockRelease(oe_shared->lock);
+	set_state("idle");
+	return more;
+}
+
+void
+oe_database_worker_main(Datum arg)
+{
+	int			slotno = DatumGetInt32(arg);
+	MemoryContext cycle_context;
+
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+
+	my_slot = &oe_shared->slots[slotno];
+	LWLockAcquire(oe_shared->lock, LW_EXCLUSIVE);
+	if (!my_slot->in_use || my_slot->dropping)
+	{
+		LWLockRelease(oe_shared->lock);
+		proc_exit(0);
+	}
+	my_slot->pid = MyProcPid;
+	my_slot->latch = MyLatch;
+	my_slot->started_at = GetCurrentTimestamp();
+	LWLockRelease(oe_shared->lock);
+	before_shmem_exit(leave_slot, (Datum) 0);
+
+	BackgroundWorkerInitializeConnection(my_slot->dbname, NULL, 0);
+	pgstat_report_appname("ordered_events worker");
+	SetConfigOption("lock_timeout", OE_WORKER_LOCK_TIMEOUT, PGC_SUSET, PGC_S_OVERRIDE);
+	ereport(LOG,
+			(errmsg("ordered_events worker started for database \"%s\"", my_slot->dbname)));
+
+	cycle_context = AllocSetContextCreate(TopMemoryContext, "ordered_events cycle",
+										  ALLOCSET_DEFAULT_SIZES);
+	for (;;)
+	{
+		bool		more = false;
+
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+
+		if (oe_enabled)
+		{
+			MemoryContext old = MemoryContextSwitchTo(cycle_context);
+
+			more = run_cycle(cycle_context);
+			MemoryContextSwitchTo(old);
+			MemoryContextReset(cycle_context);
+		}
+		else
+			set_state("disabled");
+		pgstat_report_activity(STATE_IDLE, NULL);
+
+		if (!more)
+		{
+			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 oe_naptime, PG_WAIT_EXTENSION);
+			ResetLatch(MyLatch);
+		}
+	}
+}
