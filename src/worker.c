@@ -30,6 +30,9 @@
 
 #include <signal.h>
 
+#include "access/heapam.h"
+#include "access/htup_details.h"
+#include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/objectaccess.h"
 #include "catalog/pg_database.h"
@@ -117,6 +120,35 @@ oe_worker_init(void)
 /* Launcher-local: the handle of the worker of each slot. */
 static BackgroundWorkerHandle *handles[OE_MAX_DATABASES];
 static TimestampTz last_start[OE_MAX_DATABASES];
+
+/*
+ * The OID of a database, or InvalidOid.  The launcher is connected to no
+ * database, so it cannot open the indexes of pg_database before some backend
+ * has written the shared relcache init file: it scans the heap, as the
+ * autovacuum launcher does.
+ */
+static Oid
+database_oid(const char *name)
+{
+	Relation	rel = table_open(DatabaseRelationId, AccessShareLock);
+	TableScanDesc scan = table_beginscan_catalog(rel, 0, NULL);
+	HeapTuple	tuple;
+	Oid			dboid = InvalidOid;
+
+	while ((tuple = heap_getnext(scan, ForwardScanDirection)) != NULL)
+	{
+		Form_pg_database db = (Form_pg_database) GETSTRUCT(tuple);
+
+		if (strcmp(NameStr(db->datname), name) == 0)
+		{
+			dboid = db->oid;
+			break;
+		}
+	}
+	table_endscan(scan);
+	table_close(rel, AccessShareLock);
+	return dboid;
+}
 
 /* True if a DROP DATABASE of dboid holds the database lock right now. */
 static bool
@@ -209,7 +241,7 @@ reconcile_workers(void)
 					 errhint("Shorten ordered_events.databases.")));
 			break;
 		}
-		oids[nnames++] = get_database_oid(lfirst(lc), true);
+		oids[nnames++] = database_oid(lfirst(lc));
 	}
 	CommitTransactionCommand();
 
