@@ -60,12 +60,60 @@ CREATE TABLE ordered_events.events (
     event_ts timestamptz NOT NULL,
     alignment_ts timestamptz NOT NULL,
     received_at timestamptz NOT NULL,
-    key text NOT NULL,
+    key text COLLATE "C" NOT NULL,
     payload jsonb,
     CONSTRAINT events_pkey PRIMARY KEY (stream_id, seq)
 );
 COMMENT ON TABLE ordered_events.events IS
-    'Internal: every accepted event, pending or released';
+    'Internal: every accepted event of a global stream, pending or released';
+
+/*
+ * Per-key streams.  The same layout as events (the C code relies on it),
+ * plus last_event; each key has its own range_end in key_progress.
+ */
+CREATE TABLE ordered_events.key_events (
+    stream_id integer NOT NULL,
+    seq bigint NOT NULL,
+    event_ts timestamptz NOT NULL,
+    alignment_ts timestamptz NOT NULL,
+    received_at timestamptz NOT NULL,
+    key text COLLATE "C" NOT NULL,
+    payload jsonb,
+    last_event boolean NOT NULL,
+    CONSTRAINT key_events_pkey PRIMARY KEY (stream_id, key, seq)
+);
+CREATE INDEX key_events_last_event_idx ON ordered_events.key_events (stream_id, key)
+    WHERE last_event;
+COMMENT ON TABLE ordered_events.key_events IS
+    'Internal: every accepted event of a per-key stream, pending or released';
+
+CREATE TABLE ordered_events.key_progress (
+    stream_id integer NOT NULL
+        REFERENCES ordered_events.stream_def ON DELETE CASCADE,
+    key text COLLATE "C" NOT NULL,
+    range_end bigint NOT NULL,      -- first seq of the key not released
+    released_count bigint NOT NULL,
+    gap_start bigint,
+    gap_first_seen timestamptz,
+    updated_at timestamptz NOT NULL,
+    PRIMARY KEY (stream_id, key)
+);
+COMMENT ON TABLE ordered_events.key_progress IS
+    'Internal: release progress of each key of a per-key stream that has had a release step';
+
+/*
+ * Keys that received events since their last release step: one row per
+ * accepted event, deleted by the step that looks at the key.  A row of an
+ * open transaction is invisible until it commits, so no arrival is missed.
+ */
+CREATE TABLE ordered_events.key_arrivals (
+    stream_id integer NOT NULL,
+    key text COLLATE "C" NOT NULL,
+    arrived_at timestamptz NOT NULL
+);
+CREATE INDEX key_arrivals_stream_idx ON ordered_events.key_arrivals (stream_id, arrived_at);
+COMMENT ON TABLE ordered_events.key_arrivals IS
+    'Internal: keys of per-key streams with events no release step has looked at';
 
 -- One row per release step: when the seqs [seq_start, seq_end) were released.
 CREATE TABLE ordered_events.release_log (
@@ -76,12 +124,23 @@ CREATE TABLE ordered_events.release_log (
     PRIMARY KEY (stream_id, seq_end)
 );
 COMMENT ON TABLE ordered_events.release_log IS
-    'Internal: the release steps of each stream, for released_at';
+    'Internal: the release steps of each global stream, for released_at';
+
+CREATE TABLE ordered_events.key_release_log (
+    stream_id integer NOT NULL,
+    key text COLLATE "C" NOT NULL,
+    seq_start bigint NOT NULL,
+    seq_end bigint NOT NULL,
+    released_at timestamptz NOT NULL,
+    PRIMARY KEY (stream_id, key, seq_end)
+);
+COMMENT ON TABLE ordered_events.key_release_log IS
+    'Internal: the release steps of each key of a per-key stream, for released_at';
 
 CREATE TABLE ordered_events.unprocessed (
     stream text NOT NULL,
     seq bigint NOT NULL,
-    key text NOT NULL,
+    key text COLLATE "C" NOT NULL,
     payload jsonb,
     event_ts timestamptz,
     reason ordered_events.outcome NOT NULL,
@@ -94,7 +153,7 @@ COMMENT ON TABLE ordered_events.unprocessed IS
 
 CREATE TABLE ordered_events.skipped_gaps (
     stream text NOT NULL,
-    key text,
+    key text COLLATE "C",
     gap_start bigint NOT NULL,
     gap_end bigint NOT NULL,
     reason text NOT NULL,
@@ -109,6 +168,10 @@ SELECT pg_catalog.pg_extension_config_dump('ordered_events.stream_def', '');
 SELECT pg_catalog.pg_extension_config_dump('ordered_events.stream_progress', '');
 SELECT pg_catalog.pg_extension_config_dump('ordered_events.events', '');
 SELECT pg_catalog.pg_extension_config_dump('ordered_events.release_log', '');
+SELECT pg_catalog.pg_extension_config_dump('ordered_events.key_events', '');
+SELECT pg_catalog.pg_extension_config_dump('ordered_events.key_progress', '');
+SELECT pg_catalog.pg_extension_config_dump('ordered_events.key_arrivals', '');
+SELECT pg_catalog.pg_extension_config_dump('ordered_events.key_release_log', '');
 SELECT pg_catalog.pg_extension_config_dump('ordered_events.unprocessed', '');
 SELECT pg_catalog.pg_extension_config_dump('ordered_events.skipped_gaps', '');
 
@@ -185,12 +248,7 @@ BEGIN
     END IF;
     IF sequencing IS NULL OR sequencing NOT IN ('global', 'per_key') THEN
         PERFORM ordered_events.invalid_option('sequencing', sequencing,
-            'Use ''global''.');
-    END IF;
-    IF sequencing = 'per_key' THEN
-        RAISE EXCEPTION 'per-key sequencing is not supported in this version'
-            USING ERRCODE = 'feature_not_supported',
-                  HINT = 'Use sequencing => ''global''.';
+            'Use ''global'' (one sequence for the whole stream) or ''per_key'' (a sequence for each key).');
     END IF;
     IF initial_sequence IS NULL OR initial_sequence = 9223372036854775807 THEN
         PERFORM ordered_events.invalid_option('initial_sequence', initial_sequence::text,
@@ -219,6 +277,20 @@ $$;
 COMMENT ON FUNCTION ordered_events.create_stream(text, text, bigint, text, interval, integer) IS
     'Create a stream: an independent sequence space with its own range and release budget';
 
+CREATE FUNCTION ordered_events.check_stream_not_null(stream text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF stream IS NULL THEN
+        RAISE EXCEPTION 'stream must not be null'
+            USING ERRCODE = 'null_value_not_allowed',
+                  HINT = 'Name a stream; see ordered_events.streams for the existing ones.';
+    END IF;
+END;
+$$;
+
 -- Lock and return the definition of a stream, or raise undefined_object.
 CREATE FUNCTION ordered_events.stream_for_update(stream text)
 RETURNS ordered_events.stream_def
@@ -228,6 +300,7 @@ AS $$
 DECLARE
     d ordered_events.stream_def;
 BEGIN
+    PERFORM ordered_events.check_stream_not_null(stream);
     SELECT * INTO d FROM ordered_events.stream_def s
      WHERE s.stream = stream_for_update.stream FOR UPDATE;
     IF NOT FOUND THEN
@@ -282,6 +355,9 @@ BEGIN
     d := ordered_events.stream_for_update(stream);
     DELETE FROM ordered_events.events e WHERE e.stream_id = d.stream_id;
     DELETE FROM ordered_events.release_log l WHERE l.stream_id = d.stream_id;
+    DELETE FROM ordered_events.key_events e WHERE e.stream_id = d.stream_id;
+    DELETE FROM ordered_events.key_arrivals a WHERE a.stream_id = d.stream_id;
+    DELETE FROM ordered_events.key_release_log l WHERE l.stream_id = d.stream_id;
     DELETE FROM ordered_events.unprocessed u WHERE u.stream = d.stream;
     DELETE FROM ordered_events.skipped_gaps g WHERE g.stream = d.stream;
     DELETE FROM ordered_events.stream_def s WHERE s.stream_id = d.stream_id;
@@ -344,26 +420,48 @@ COMMENT ON FUNCTION ordered_events.release(text) IS
  * Reading
  */
 
-CREATE VIEW ordered_events.released AS
-SELECT d.stream, e.seq, e.key, e.payload, e.event_ts, e.alignment_ts, e.received_at,
-       (SELECT l.released_at
-          FROM ordered_events.release_log l
-         WHERE l.stream_id = e.stream_id AND l.seq_end > e.seq
-         ORDER BY l.seq_end
-         LIMIT 1) AS released_at
+-- Every accepted event with the first seq of its sequence that is not
+-- released: the stream's range_end, or its key's (initial_sequence for a key
+-- no release step has looked at).  lane orders per-key streams by key.
+CREATE VIEW ordered_events.accepted_events AS
+SELECT d.stream, d.stream_id, NULL::text COLLATE "C" AS lane, p.range_end AS released_below,
+       e.seq, e.key, e.payload, e.event_ts, e.alignment_ts, e.received_at,
+       false AS last_event
   FROM ordered_events.stream_def d
   JOIN ordered_events.stream_progress p ON p.stream_id = d.stream_id
-  JOIN ordered_events.events e ON e.stream_id = d.stream_id AND e.seq < p.range_end
- ORDER BY d.stream, e.seq;
+  JOIN ordered_events.events e ON e.stream_id = d.stream_id
+UNION ALL
+SELECT d.stream, d.stream_id, e.key, coalesce(k.range_end, d.initial_sequence),
+       e.seq, e.key, e.payload, e.event_ts, e.alignment_ts, e.received_at,
+       e.last_event
+  FROM ordered_events.stream_def d
+  JOIN ordered_events.key_events e ON e.stream_id = d.stream_id
+  LEFT JOIN ordered_events.key_progress k ON k.stream_id = e.stream_id AND k.key = e.key;
+COMMENT ON VIEW ordered_events.accepted_events IS
+    'Internal: every accepted event with the bound below which its sequence is released';
+
+CREATE VIEW ordered_events.released AS
+SELECT a.stream, a.seq, a.key, a.payload, a.event_ts, a.alignment_ts, a.received_at,
+       CASE WHEN a.lane IS NULL THEN
+           (SELECT l.released_at FROM ordered_events.release_log l
+             WHERE l.stream_id = a.stream_id AND l.seq_end > a.seq
+             ORDER BY l.seq_end LIMIT 1)
+       ELSE
+           (SELECT l.released_at FROM ordered_events.key_release_log l
+             WHERE l.stream_id = a.stream_id AND l.key = a.lane AND l.seq_end > a.seq
+             ORDER BY l.seq_end LIMIT 1)
+       END AS released_at
+  FROM ordered_events.accepted_events a
+ WHERE a.seq < a.released_below
+ ORDER BY a.stream, a.lane, a.seq;
 COMMENT ON VIEW ordered_events.released IS
-    'The ordered view: every released event, by stream and seq';
+    'The ordered view: every released event, by stream and seq (per-key streams: stream, key, seq)';
 
 CREATE VIEW ordered_events.pending AS
-SELECT d.stream, e.seq, e.key, e.payload, e.event_ts, e.alignment_ts, e.received_at
-  FROM ordered_events.stream_def d
-  JOIN ordered_events.stream_progress p ON p.stream_id = d.stream_id
-  JOIN ordered_events.events e ON e.stream_id = d.stream_id AND e.seq >= p.range_end
- ORDER BY d.stream, e.seq;
+SELECT a.stream, a.seq, a.key, a.payload, a.event_ts, a.alignment_ts, a.received_at
+  FROM ordered_events.accepted_events a
+ WHERE a.seq >= a.released_below
+ ORDER BY a.stream, a.lane, a.seq;
 COMMENT ON VIEW ordered_events.pending IS
     'Accepted events that wait for a lower seq';
 
@@ -377,17 +475,16 @@ COMMENT ON VIEW ordered_events.ranges IS
 
 CREATE VIEW ordered_events.key_status AS
 WITH accepted AS (
-    SELECT d.stream, e.key,
-           max(e.seq) FILTER (WHERE e.seq < p.range_end) AS last_released_seq,
-           count(*) FILTER (WHERE e.seq >= p.range_end) AS buffered_count,
-           min(e.seq) FILTER (WHERE e.seq >= p.range_end) AS earliest_buffered_seq,
-           max(e.seq) FILTER (WHERE e.seq >= p.range_end) AS latest_buffered_seq,
+    SELECT a.stream, a.key,
+           max(a.seq) FILTER (WHERE a.seq < a.released_below) AS last_released_seq,
+           count(*) FILTER (WHERE a.seq >= a.released_below) AS buffered_count,
+           min(a.seq) FILTER (WHERE a.seq >= a.released_below) AS earliest_buffered_seq,
+           max(a.seq) FILTER (WHERE a.seq >= a.released_below) AS latest_buffered_seq,
            count(*) AS received_count,
-           count(*) FILTER (WHERE e.seq < p.range_end) AS released_count
-      FROM ordered_events.stream_def d
-      JOIN ordered_events.stream_progress p ON p.stream_id = d.stream_id
-      JOIN ordered_events.events e ON e.stream_id = d.stream_id
-     GROUP BY d.stream, e.key
+           count(*) FILTER (WHERE a.seq < a.released_below) AS released_count,
+           bool_or(a.last_event) AS last_event_received
+      FROM ordered_events.accepted_events a
+     GROUP BY a.stream, a.key
 ), rejected AS (
     SELECT u.stream, u.key,
            count(*) AS received_count,
@@ -404,7 +501,7 @@ SELECT coalesce(a.stream, r.stream) AS stream,
        coalesce(a.received_count, 0) + coalesce(r.received_count, 0) AS received_count,
        coalesce(a.released_count, 0) AS released_count,
        coalesce(r.duplicate_count, 0) AS duplicate_count,
-       false AS last_event_received
+       coalesce(a.last_event_received, false) AS last_event_received
   FROM accepted a
   FULL JOIN rejected r ON r.stream = a.stream AND r.key = a.key;
 COMMENT ON VIEW ordered_events.key_status IS
@@ -418,7 +515,9 @@ AS $$
 DECLARE
     s record;
 BEGIN
-    SELECT d.stream_id, p.range_end, p.gap_start, p.gap_first_seen INTO s
+    PERFORM ordered_events.check_stream_not_null(stream);
+    SELECT d.stream_id, d.sequencing, d.initial_sequence, p.range_end,
+           p.gap_start, p.gap_first_seen INTO s
       FROM ordered_events.stream_def d
       JOIN ordered_events.stream_progress p ON p.stream_id = d.stream_id
      WHERE d.stream = gaps.stream;
@@ -428,41 +527,73 @@ BEGIN
                   HINT = 'See ordered_events.streams for the existing streams.';
     END IF;
 
-    RETURN QUERY
-    SELECT NULL::text, a.prev_seq + 1, a.seq - 1,
-           CASE WHEN a.prev_seq + 1 = s.gap_start THEN s.gap_first_seen END
-      FROM (SELECT e.seq,
-                   lag(e.seq, 1, s.range_end - 1) OVER (ORDER BY e.seq) AS prev_seq
-              FROM ordered_events.events e
-             WHERE e.stream_id = s.stream_id AND e.seq >= s.range_end) a
-     WHERE a.seq > a.prev_seq + 1
-     ORDER BY 2;
+    -- A run is missing before each arrived seq that does not follow the
+    -- previous one (or the released part); written so as never to overflow.
+    IF s.sequencing = 'global' THEN
+        RETURN QUERY
+        SELECT NULL::text, a.gap_start, a.seq - 1,
+               CASE WHEN a.gap_start = s.gap_start THEN s.gap_first_seen END
+          FROM (SELECT e.seq,
+                       coalesce(lag(e.seq) OVER (ORDER BY e.seq) + 1, s.range_end) AS gap_start
+                  FROM ordered_events.events e
+                 WHERE e.stream_id = s.stream_id AND e.seq >= s.range_end) a
+         WHERE a.seq > a.gap_start
+         ORDER BY 2;
+    ELSE
+        RETURN QUERY
+        SELECT a.key::text, a.gap_start, a.seq - 1,
+               CASE WHEN a.gap_start = a.seen_start THEN a.gap_first_seen END
+          FROM (SELECT e.key, e.seq, k.gap_start AS seen_start, k.gap_first_seen,
+                       coalesce(lag(e.seq) OVER (PARTITION BY e.key ORDER BY e.seq) + 1,
+                                k.range_end, s.initial_sequence) AS gap_start
+                  FROM ordered_events.key_events e
+                  LEFT JOIN ordered_events.key_progress k
+                         ON k.stream_id = e.stream_id AND k.key = e.key
+                 WHERE e.stream_id = s.stream_id
+                   AND e.seq >= coalesce(k.range_end, s.initial_sequence)) a
+         WHERE a.seq > a.gap_start
+         ORDER BY 1, 2;
+    END IF;
 END;
 $$;
 COMMENT ON FUNCTION ordered_events.gaps(text) IS
-    'The missing runs (inclusive bounds) between the released part and the highest arrived seq';
+    'The missing runs (inclusive bounds) between the released part and the highest arrived seq; per key for per-key streams';
 
 CREATE VIEW ordered_events.stream_stats AS
 SELECT d.stream,
-       p.range_end,
+       CASE WHEN d.sequencing = 'global' THEN p.range_end END AS range_end,
        mx.max_seen_seq,
        pe.pending_count,
-       p.released_count,
+       rel.released_count,
        un.unprocessed_count,
        pe.oldest_pending_at,
-       CASE WHEN pe.pending_count > 0 THEN p.range_end END AS first_gap_start,
-       CASE WHEN pe.pending_count > 0 AND p.gap_start = p.range_end
-            THEN p.gap_first_seen END AS first_gap_since,
+       fg.first_gap_start,
+       fg.first_gap_since,
        sk.skipped_count
   FROM ordered_events.stream_def d
   JOIN ordered_events.stream_progress p ON p.stream_id = d.stream_id
  CROSS JOIN LATERAL (
-        SELECT max(e.seq) AS max_seen_seq
-          FROM ordered_events.events e WHERE e.stream_id = d.stream_id) mx
+        SELECT CASE WHEN d.sequencing = 'global'
+                    THEN (SELECT max(e.seq) FROM ordered_events.events e
+                           WHERE e.stream_id = d.stream_id)
+                    ELSE (SELECT max(e.seq) FROM ordered_events.key_events e
+                           WHERE e.stream_id = d.stream_id)
+               END AS max_seen_seq) mx
  CROSS JOIN LATERAL (
-        SELECT count(*) AS pending_count, min(e.received_at) AS oldest_pending_at
-          FROM ordered_events.events e
-         WHERE e.stream_id = d.stream_id AND e.seq >= p.range_end) pe
+        SELECT count(*) AS pending_count, min(a.received_at) AS oldest_pending_at
+          FROM ordered_events.accepted_events a
+         WHERE a.stream_id = d.stream_id AND a.seq >= a.released_below) pe
+ CROSS JOIN LATERAL (
+        SELECT CASE WHEN d.sequencing = 'global' THEN p.released_count
+                    ELSE (SELECT coalesce(sum(k.released_count), 0)::bigint
+                            FROM ordered_events.key_progress k
+                           WHERE k.stream_id = d.stream_id)
+               END AS released_count) rel
+ LEFT JOIN LATERAL (
+        SELECT g.gap_start AS first_gap_start, g.first_seen AS first_gap_since
+          FROM ordered_events.gaps(d.stream) g
+         ORDER BY g.first_seen NULLS LAST, g.gap_start
+         LIMIT 1) fg ON true
  CROSS JOIN LATERAL (
         SELECT count(*) AS unprocessed_count
           FROM ordered_events.unprocessed u WHERE u.stream = d.stream) un

@@ -71,7 +71,7 @@ relation_oid(Oid schema, const char *name)
 	return relid;
 }
 
-/* Fail if the events table does not have the columns the C code assumes. */
+/* Fail if an events table does not have the columns the C code assumes. */
 static void
 check_events_columns(Oid events)
 {
@@ -91,8 +91,8 @@ check_events_columns(Oid events)
 
 	for (int i = 0; i < lengthof(columns); i++)
 		if (get_attnum(events, columns[i].name) != columns[i].attnum)
-			elog(ERROR, "column %s of %s.events is not at position %d",
-				 columns[i].name, OE_SCHEMA, columns[i].attnum);
+			elog(ERROR, "column %s of %s.%s is not at position %d",
+				 columns[i].name, OE_SCHEMA, get_rel_name(events), columns[i].attnum);
 }
 
 /* Rebuild the cache if an invalidation arrived since it was built. */
@@ -123,11 +123,17 @@ refresh_cache(void)
 
 	relations.events = relation_oid(schema, "events");
 	relations.events_pkey = relation_oid(schema, "events_pkey");
+	relations.key_events = relation_oid(schema, "key_events");
+	relations.key_events_pkey = relation_oid(schema, "key_events_pkey");
 	relations.stream_def = relation_oid(schema, "stream_def");
 	relations.outcome_type = GetSysCacheOid2(TYPENAMENSP, Anum_pg_type_oid,
 											 CStringGetDatum("outcome"),
 											 ObjectIdGetDatum(schema));
 	check_events_columns(relations.events);
+	check_events_columns(relations.key_events);
+	if (get_attnum(relations.key_events, "last_event") != Anum_oe_key_events_last_event)
+		elog(ERROR, "column last_event of %s.key_events is not at position %d",
+			 OE_SCHEMA, Anum_oe_key_events_last_event);
 
 	for (int i = 0; i < OE_NUM_OUTCOMES; i++)
 	{

@@ -5,11 +5,12 @@
  *	  trigger for INSERT ... SELECT, multi-row VALUES and COPY.
  *
  * Both paths go through oe_ingest_event(), which classifies the event and
- * does exactly one insert: into ordered_events.events when it is accepted,
- * into ordered_events.unprocessed otherwise.  A duplicate is detected by the
- * events table's primary key with ON CONFLICT DO NOTHING, never by a prior
- * lookup that could race: of two sessions inserting the same seq, the second
- * waits for the first to end, then either conflicts (duplicate) or inserts.
+ * does one insert statement: into ordered_events.events (global streams) or
+ * key_events plus key_arrivals (per-key streams) when it is accepted, into
+ * ordered_events.unprocessed otherwise.  A duplicate is detected by the
+ * primary key with ON CONFLICT DO NOTHING, never by a prior lookup that
+ * could race: of two sessions inserting the same seq, the second waits for
+ * the first to end, then either conflicts (duplicate) or inserts.
  *
  * Locking: every ingest takes RowExclusiveLock on the events table before it
  * looks up the stream.  drop_stream() takes SHARE ROW EXCLUSIVE on it, so an
@@ -29,6 +30,8 @@
 #include "utils/timestamp.h"
 
 static SPIPlanPtr insert_event_plan = NULL;
+static SPIPlanPtr insert_key_event_plan = NULL;
+static SPIPlanPtr why_rejected_plan = NULL;
 static SPIPlanPtr insert_unprocessed_plan = NULL;
 
 static SPIPlanPtr
@@ -42,28 +45,12 @@ prepare_kept(const char *query, int nargs, Oid *argtypes)
 	return plan;
 }
 
-/* Insert into events; false if the seq is already there. */
-static bool
-insert_event(const OeStream *stream, const OeEvent *event)
+/* The parameters $1..$8 of the event inserts, in table column order. */
+static void
+event_params(const OeStream *stream, const OeEvent *event,
+			 Datum *values, char *nulls)
 {
-	Datum		values[Natts_oe_events];
-	char		nulls[Natts_oe_events];
-
-	if (insert_event_plan == NULL)
-	{
-		Oid			argtypes[Natts_oe_events] = {
-			INT4OID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
-			TEXTOID, JSONBOID
-		};
-
-		insert_event_plan = prepare_kept(
-			"INSERT INTO ordered_events.events "
-			"(stream_id, seq, event_ts, alignment_ts, received_at, key, payload) "
-			"VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING",
-			Natts_oe_events, argtypes);
-	}
-
-	memset(nulls, ' ', sizeof(nulls));
+	memset(nulls, ' ', Natts_oe_key_events);
 	values[Anum_oe_events_stream_id - 1] = Int32GetDatum(stream->stream_id);
 	values[Anum_oe_events_seq - 1] = Int64GetDatum(event->seq);
 	values[Anum_oe_events_event_ts - 1] = TimestampTzGetDatum(event->event_ts);
@@ -74,10 +61,102 @@ insert_event(const OeStream *stream, const OeEvent *event)
 	values[Anum_oe_events_payload - 1] = PointerGetDatum(event->payload);
 	if (event->payload == NULL)
 		nulls[Anum_oe_events_payload - 1] = 'n';
+	values[Anum_oe_key_events_last_event - 1] = BoolGetDatum(event->last_event);
+}
 
+static Oid	event_argtypes[Natts_oe_key_events] = {
+	INT4OID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
+	TEXTOID, JSONBOID, BOOLOID
+};
+
+/* Insert into events; false if the seq is already there. */
+static bool
+insert_event(const OeStream *stream, const OeEvent *event)
+{
+	Datum		values[Natts_oe_key_events];
+	char		nulls[Natts_oe_key_events];
+
+	if (insert_event_plan == NULL)
+		insert_event_plan = prepare_kept(
+			"INSERT INTO ordered_events.events "
+			"(stream_id, seq, event_ts, alignment_ts, received_at, key, payload) "
+			"VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING",
+			Natts_oe_events, event_argtypes);
+
+	event_params(stream, event, values, nulls);
 	if (SPI_execute_plan(insert_event_plan, values, nulls, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "inserting into %s.events failed", OE_SCHEMA);
 	return SPI_processed == 1;
+}
+
+/*
+ * Insert into key_events, and note the key in key_arrivals for the next
+ * release step, in one statement.  Nothing is inserted if the key already
+ * has the seq, or was completed by a last event below it.
+ */
+static bool
+insert_key_event(const OeStream *stream, const OeEvent *event)
+{
+	Datum		values[Natts_oe_key_events];
+	char		nulls[Natts_oe_key_events];
+
+	if (insert_key_event_plan == NULL)
+		insert_key_event_plan = prepare_kept(
+			"WITH accepted AS ("
+			"  INSERT INTO ordered_events.key_events "
+			"  (stream_id, seq, event_ts, alignment_ts, received_at, key, payload, last_event) "
+			"  SELECT $1, $2, $3, $4, $5, $6, $7, $8 "
+			"  WHERE NOT EXISTS (SELECT FROM ordered_events.key_events l "
+			"    WHERE l.stream_id = $1 AND l.key = $6 AND l.last_event AND l.seq < $2) "
+			"  ON CONFLICT DO NOTHING "
+			"  RETURNING stream_id, key) "
+			"INSERT INTO ordered_events.key_arrivals (stream_id, key, arrived_at) "
+			"SELECT stream_id, key, $5 FROM accepted",
+			Natts_oe_key_events, event_argtypes);
+
+	event_params(stream, event, values, nulls);
+	if (SPI_execute_plan(insert_key_event_plan, values, nulls, false, 0) != SPI_OK_INSERT)
+		elog(ERROR, "inserting into %s.key_events failed", OE_SCHEMA);
+	return SPI_processed == 1;
+}
+
+/*
+ * Why insert_key_event() inserted nothing: the seq is already there, or the
+ * key's last event is below it.  Sets *detail.
+ */
+static OeOutcome
+why_key_event_rejected(const OeStream *stream, const OeEvent *event, char **detail)
+{
+	Datum		values[3];
+	bool		isnull;
+	Datum		last_seq;
+
+	if (why_rejected_plan == NULL)
+	{
+		Oid			argtypes[3] = {INT4OID, TEXTOID, INT8OID};
+
+		why_rejected_plan = prepare_kept(
+			"SELECT min(seq) FROM ordered_events.key_events "
+			"WHERE stream_id = $1 AND key = $2 AND last_event AND seq < $3 "
+			"AND NOT EXISTS (SELECT FROM ordered_events.key_events d "
+			"  WHERE d.stream_id = $1 AND d.key = $2 AND d.seq = $3)",
+			3, argtypes);
+	}
+	values[0] = Int32GetDatum(stream->stream_id);
+	values[1] = PointerGetDatum(event->key);
+	values[2] = Int64GetDatum(event->seq);
+	if (SPI_execute_plan(why_rejected_plan, values, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "reading %s.key_events failed", OE_SCHEMA);
+	last_seq = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	if (isnull)
+	{
+		*detail = psprintf("Seq " INT64_FORMAT " was already received for this key.",
+						   event->seq);
+		return OE_DUPLICATE;
+	}
+	*detail = psprintf("The last event of this key is seq " INT64_FORMAT ".",
+					   DatumGetInt64(last_seq));
+	return OE_AFTER_LAST_EVENT;
 }
 
 /* Record a rejected event in unprocessed with its reason. */
@@ -151,6 +230,13 @@ oe_ingest_event(const OeStream *stream, const OeEvent *event)
 	{
 		outcome = OE_SEQUENCE_ID_OUTSIDE_VALID_RANGE;
 		detail = psprintf("Seq " INT64_FORMAT " has no successor.", event->seq);
+	}
+	else if (stream->per_key)
+	{
+		if (insert_key_event(stream, event))
+			outcome = OE_ACCEPTED;
+		else
+			outcome = why_key_event_rejected(stream, event, &detail);
 	}
 	else if (insert_event(stream, event))
 		outcome = OE_ACCEPTED;
@@ -229,8 +315,8 @@ enum
 
 /*
  * INSTEAD OF INSERT trigger of the inbox view.  Returns the row for an
- * accepted event and NULL for a rejected one, so the command tag counts the
- * accepted rows.
+ * accepted event and NULL for a rejected one, so the tag of an INSERT (not
+ * of a COPY, which counts every row) and RETURNING show the accepted rows.
  */
 PG_FUNCTION_INFO_V1(oe_inbox_insert);
 Datum

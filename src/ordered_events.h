@@ -31,6 +31,9 @@
 #define Anum_oe_events_key			6
 #define Anum_oe_events_payload		7
 #define Natts_oe_events				7
+/* ordered_events.key_events has the same columns, then last_event. */
+#define Anum_oe_key_events_last_event 8
+#define Natts_oe_key_events			8
 
 /* The labels of ordered_events.outcome, in declaration order. */
 typedef enum OeOutcome
@@ -59,6 +62,8 @@ typedef struct OeRelations
 {
 	Oid			events;
 	Oid			events_pkey;
+	Oid			key_events;
+	Oid			key_events_pkey;
 	Oid			stream_def;
 	Oid			outcome_type;
 } OeRelations;

@@ -393,9 +393,10 @@ check_extension_version(void)
 }
 
 /*
- * The streams that need a release step: those whose event at range_end has
- * arrived, and those with a gap no step has seen yet (its first_seen starts
- * then).  The stream whose first pending event waited longest comes first.
+ * The streams that need a release step: global streams whose event at
+ * range_end has arrived or with a gap no step has seen yet (its first_seen
+ * starts then), per-key streams with keys that received events.  The stream
+ * whose oldest such event waited longest comes first.
  * Returns stream names, allocated in result_context.
  */
 static List *
@@ -408,11 +409,19 @@ streams_with_work(MemoryContext result_context)
 					"FROM ordered_events.stream_def d "
 					"JOIN ordered_events.stream_progress p USING (stream_id) "
 					"CROSS JOIN LATERAL ("
-					"  SELECT e.seq, e.received_at FROM ordered_events.events e "
-					"  WHERE e.stream_id = p.stream_id AND e.seq >= p.range_end "
-					"  ORDER BY e.seq LIMIT 1) f "
-					"WHERE f.seq = p.range_end OR p.gap_start IS DISTINCT FROM p.range_end "
-					"ORDER BY f.received_at, d.stream", true, 0) != SPI_OK_SELECT)
+					"  (SELECT e.seq = p.range_end "
+					"          OR p.gap_start IS DISTINCT FROM p.range_end AS needed, "
+					"          e.received_at AS since "
+					"   FROM ordered_events.events e "
+					"   WHERE d.sequencing = 'global' "
+					"     AND e.stream_id = p.stream_id AND e.seq >= p.range_end "
+					"   ORDER BY e.seq LIMIT 1) "
+					"  UNION ALL "
+					"  (SELECT true, a.arrived_at FROM ordered_events.key_arrivals a "
+					"   WHERE d.sequencing = 'per_key' AND a.stream_id = p.stream_id "
+					"   ORDER BY a.arrived_at LIMIT 1)) w "
+					"WHERE w.needed "
+					"ORDER BY w.since, d.stream", true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "listing the streams with work failed");
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{

@@ -1,0 +1,60 @@
+-- The extension itself: fixed schema ordered_events, not relocatable, every
+-- object it owns inside that schema, and the outcome enum.
+BEGIN;
+SELECT plan(13);
+
+SELECT has_extension('ordered_events', 'ordered_events',
+    'extension ordered_events is installed in schema ordered_events');
+SELECT has_schema('ordered_events');
+
+SELECT is((SELECT extrelocatable FROM pg_extension WHERE extname = 'ordered_events'),
+    false, 'the installed extension is not relocatable');
+SELECT is((SELECT extnamespace::regnamespace::text FROM pg_extension
+            WHERE extname = 'ordered_events'),
+    'ordered_events', 'the installed extension lives in schema ordered_events');
+SELECT is((SELECT format('relocatable=%s schema=%s', relocatable, schema)
+             FROM pg_available_extension_versions
+            WHERE name = 'ordered_events' AND installed),
+    'relocatable=f schema=ordered_events',
+    'the control file fixes schema ordered_events and relocatable = false');
+SELECT throws_ok('ALTER EXTENSION ordered_events SET SCHEMA public', '0A000', NULL,
+    'the extension cannot be moved to another schema');
+
+-- Every function, relation and type of the extension is in its schema.
+SELECT is_empty($$
+    SELECT p.oid::regprocedure::text FROM pg_depend d JOIN pg_proc p ON p.oid = d.objid
+     WHERE d.classid = 'pg_proc'::regclass AND d.deptype = 'e'
+       AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'ordered_events')
+       AND p.pronamespace <> 'ordered_events'::regnamespace$$,
+    'every function of the extension is in schema ordered_events');
+SELECT is_empty($$
+    SELECT c.oid::regclass::text FROM pg_depend d JOIN pg_class c ON c.oid = d.objid
+     WHERE d.classid = 'pg_class'::regclass AND d.deptype = 'e'
+       AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'ordered_events')
+       AND c.relnamespace <> 'ordered_events'::regnamespace$$,
+    'every relation of the extension is in schema ordered_events');
+SELECT is_empty($$
+    SELECT t.oid::regtype::text FROM pg_depend d JOIN pg_type t ON t.oid = d.objid
+     WHERE d.classid = 'pg_type'::regclass AND d.deptype = 'e'
+       AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'ordered_events')
+       AND t.typnamespace <> 'ordered_events'::regnamespace$$,
+    'every type of the extension is in schema ordered_events');
+SELECT is_empty($$
+    SELECT p.oid::regprocedure::text FROM pg_proc p
+     WHERE p.pronamespace = 'ordered_events'::regnamespace
+       AND NOT EXISTS (SELECT FROM pg_depend d
+                        WHERE d.classid = 'pg_proc'::regclass AND d.objid = p.oid
+                          AND d.deptype = 'e')$$,
+    'schema ordered_events holds no function that is not part of the extension');
+
+-- outcome: the labels of the contract, in order.
+SELECT has_enum('ordered_events', 'outcome', 'enum ordered_events.outcome exists');
+SELECT enum_has_labels('ordered_events', 'outcome',
+    ARRAY['accepted', 'duplicate', 'before_initial_sequence',
+          'sequence_id_outside_valid_range', 'after_last_event', 'gap_skipped'],
+    'enum outcome has exactly the contract labels, in order');
+SELECT ok('accepted'::ordered_events.outcome < 'duplicate'::ordered_events.outcome
+      AND 'after_last_event'::ordered_events.outcome < 'gap_skipped'::ordered_events.outcome,
+    'outcome labels sort in declaration order');
+SELECT * FROM finish();
+ROLLBACK;

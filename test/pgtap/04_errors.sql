@@ -1,0 +1,162 @@
+-- Bad input is an ERROR with the contract's SQLSTATE, a lower-case message
+-- and a hint (DESIGN.md section 3, rule 5), and it changes nothing.
+BEGIN;
+SELECT plan(102);
+
+SELECT ordered_events.create_stream('tap_err');
+SELECT ordered_events.ingest('tap_err', 1, 'k');
+-- A stream this backend has cached, then dropped.
+SELECT ordered_events.create_stream('tap_err_gone');
+SELECT ordered_events.ingest('tap_err_gone', 1, 'k');
+SELECT ordered_events.drop_stream('tap_err_gone');
+
+CREATE TEMP TABLE bad_input (
+    id int PRIMARY KEY,
+    sqlstate text NOT NULL,
+    label text NOT NULL,
+    sql text NOT NULL
+) ON COMMIT DROP;
+
+INSERT INTO bad_input VALUES
+-- unknown stream: undefined_object
+( 1, '42704', 'ingest into an unknown stream',
+     $$SELECT ordered_events.ingest('tap_no_such', 1, 'k')$$),
+( 2, '42704', 'inbox row for an unknown stream',
+     $$INSERT INTO ordered_events.inbox (stream, seq, key) VALUES ('tap_no_such', 1, 'k')$$),
+( 3, '42704', 'release of an unknown stream',
+     $$SELECT ordered_events.release('tap_no_such')$$),
+( 4, '42704', 'drop_stream of an unknown stream',
+     $$SELECT ordered_events.drop_stream('tap_no_such')$$),
+( 5, '42704', 'alter_stream of an unknown stream',
+     $$SELECT ordered_events.alter_stream('tap_no_such', max_release_batch => 5)$$),
+( 6, '42704', 'gaps of an unknown stream',
+     $$SELECT * FROM ordered_events.gaps('tap_no_such')$$),
+( 7, '42704', 'ingest into a stream dropped in this transaction (cached before)',
+     $$SELECT ordered_events.ingest('tap_err_gone', 2, 'k')$$),
+( 8, '42704', 'release of a stream dropped in this transaction',
+     $$SELECT ordered_events.release('tap_err_gone')$$),
+( 9, '42704', 'ingest into a stream whose name differs in case',
+     $$SELECT ordered_events.ingest('TAP_ERR', 2, 'k')$$),
+-- NULL stream, seq or key: null_value_not_allowed
+(10, '22004', 'ingest with NULL seq',
+     $$SELECT ordered_events.ingest('tap_err', NULL, 'k')$$),
+(11, '22004', 'ingest with NULL key',
+     $$SELECT ordered_events.ingest('tap_err', 2, NULL)$$),
+(12, '22004', 'ingest with NULL stream',
+     $$SELECT ordered_events.ingest(NULL, 2, 'k')$$),
+(13, '22004', 'inbox row with NULL seq',
+     $$INSERT INTO ordered_events.inbox (stream, seq, key) VALUES ('tap_err', NULL, 'k')$$),
+(14, '22004', 'inbox row with NULL key',
+     $$INSERT INTO ordered_events.inbox (stream, seq, key) VALUES ('tap_err', 2, NULL)$$),
+(15, '22004', 'inbox row with NULL stream',
+     $$INSERT INTO ordered_events.inbox (stream, seq, key) VALUES (NULL, 2, 'k')$$),
+(49, '22004', 'drop_stream with NULL stream',
+     $$SELECT ordered_events.drop_stream(NULL)$$),
+(50, '22004', 'alter_stream with NULL stream',
+     $$SELECT ordered_events.alter_stream(NULL, max_release_batch => 5)$$),
+(51, '22004', 'gaps with NULL stream',
+     $$SELECT * FROM ordered_events.gaps(NULL)$$),
+-- key over 1024 bytes: string_data_right_truncation
+(16, '22001', 'ingest with a key of 1025 bytes',
+     $$SELECT ordered_events.ingest('tap_err', 2, repeat('x', 1025))$$),
+(17, '22001', 'ingest with a key of 513 characters but 1026 bytes',
+     $$SELECT ordered_events.ingest('tap_err', 2, repeat(U&'\00E9', 513))$$),
+(18, '22001', 'inbox row with a key of 1025 bytes',
+     $$INSERT INTO ordered_events.inbox (stream, seq, key) VALUES ('tap_err', 2, repeat('x', 1025))$$),
+(19, '22001', 'over-long key of a seq that is already there (checked first)',
+     $$SELECT ordered_events.ingest('tap_err', 1, repeat('x', 1025))$$),
+-- invalid stream name: invalid_name
+(20, '42602', 'stream name with upper case',
+     $$SELECT ordered_events.create_stream('Orders')$$),
+(21, '42602', 'stream name starting with a digit',
+     $$SELECT ordered_events.create_stream('1orders')$$),
+(22, '42602', 'empty stream name',
+     $$SELECT ordered_events.create_stream('')$$),
+(23, '42602', 'stream name with a hyphen',
+     $$SELECT ordered_events.create_stream('a-b')$$),
+(24, '42602', 'stream name of 64 characters',
+     $$SELECT ordered_events.create_stream(repeat('a', 64))$$),
+(25, '42602', 'stream name with a trailing newline',
+     $$SELECT ordered_events.create_stream(E'orders\n')$$),
+(26, '42602', 'stream name with a non-ASCII letter',
+     $$SELECT ordered_events.create_stream(U&'ord\00E9rs')$$),
+(27, '42602', 'stream name with a space',
+     $$SELECT ordered_events.create_stream('my orders')$$),
+-- existing stream: duplicate_object
+(28, '42710', 'create_stream of an existing stream',
+     $$SELECT ordered_events.create_stream('tap_err')$$),
+-- invalid option: invalid_parameter_value
+(29, '22023', 'unknown sequencing',
+     $$SELECT ordered_events.create_stream('tap_err_opt', sequencing => 'bogus')$$),
+(30, '22023', 'NULL sequencing',
+     $$SELECT ordered_events.create_stream('tap_err_opt', sequencing => NULL)$$),
+(31, '22023', 'unknown gap_policy',
+     $$SELECT ordered_events.create_stream('tap_err_opt', gap_policy => 'bogus')$$),
+(32, '22023', 'NULL gap_policy',
+     $$SELECT ordered_events.create_stream('tap_err_opt', gap_policy => NULL)$$),
+(33, '22023', 'gap_timeout with gap_policy wait',
+     $$SELECT ordered_events.create_stream('tap_err_opt', gap_timeout => '1 minute')$$),
+(34, '22023', 'max_release_batch 0',
+     $$SELECT ordered_events.create_stream('tap_err_opt', max_release_batch => 0)$$),
+(35, '22023', 'negative max_release_batch',
+     $$SELECT ordered_events.create_stream('tap_err_opt', max_release_batch => -1)$$),
+(36, '22023', 'NULL max_release_batch',
+     $$SELECT ordered_events.create_stream('tap_err_opt', max_release_batch => NULL)$$),
+(37, '22023', 'NULL initial_sequence',
+     $$SELECT ordered_events.create_stream('tap_err_opt', initial_sequence => NULL)$$),
+(38, '22023', 'initial_sequence without a successor',
+     $$SELECT ordered_events.create_stream('tap_err_opt', initial_sequence => 9223372036854775807)$$),
+(39, '22023', 'alter_stream to an unknown gap_policy',
+     $$SELECT ordered_events.alter_stream('tap_err', gap_policy => 'bogus')$$),
+(40, '22023', 'alter_stream to max_release_batch 0',
+     $$SELECT ordered_events.alter_stream('tap_err', max_release_batch => 0)$$),
+(41, '22023', 'alter_stream gap_timeout on a wait stream',
+     $$SELECT ordered_events.alter_stream('tap_err', gap_timeout => '1 minute')$$),
+(42, '22023', 'last_event on a global stream',
+     $$SELECT ordered_events.ingest('tap_err', 2, 'k', last_event => true)$$),
+(43, '22023', 'inbox row with last_event on a global stream',
+     $$INSERT INTO ordered_events.inbox (stream, seq, key, last_event) VALUES ('tap_err', 2, 'k', true)$$),
+-- unsupported in this version: feature_not_supported
+(44, '0A000', 'gap_policy timeout',
+     $$SELECT ordered_events.create_stream('tap_err_opt', gap_policy => 'timeout', gap_timeout => '1 minute')$$),
+(45, '0A000', 'gap_policy fence',
+     $$SELECT ordered_events.create_stream('tap_err_opt', gap_policy => 'fence')$$),
+(47, '0A000', 'alter_stream to gap_policy timeout',
+     $$SELECT ordered_events.alter_stream('tap_err', gap_policy => 'timeout', gap_timeout => '1 minute')$$),
+(48, '0A000', 'alter_stream to gap_policy fence',
+     $$SELECT ordered_events.alter_stream('tap_err', gap_policy => 'fence')$$);
+
+-- The error a statement raises: SQLSTATE, message and hint.
+CREATE FUNCTION pg_temp.error_of(sql text,
+    OUT state text, OUT message text, OUT hint text)
+LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE sql;
+EXCEPTION WHEN OTHERS THEN
+    GET STACKED DIAGNOSTICS state = RETURNED_SQLSTATE, message = MESSAGE_TEXT,
+                            hint = PG_EXCEPTION_HINT;
+END;
+$$;
+
+-- 50 x 2 tests
+SELECT throws_ok(b.sql, b.sqlstate, NULL, format('%s: %s', b.sqlstate, b.label))
+  FROM bad_input b ORDER BY b.id;
+SELECT ok(e.message ~ '^[a-z]' AND coalesce(e.hint, '') <> '',
+          format('%s: lower-case message and a hint', b.label))
+  FROM bad_input b, LATERAL pg_temp.error_of(b.sql) e ORDER BY b.id;
+
+-- Nothing changed: no stream was created, tap_err kept its configuration and
+-- its single event, nothing went to unprocessed.
+SELECT results_eq(
+    $$SELECT stream, gap_policy, gap_timeout, max_release_batch FROM ordered_events.streams
+       WHERE stream LIKE 'tap_err%' OR lower(stream) LIKE '%orders%'$$,
+    $$VALUES ('tap_err'::text, 'wait'::text, NULL::interval, 10000)$$,
+    'the failed calls created or changed no stream');
+SELECT results_eq(
+    $$SELECT (SELECT count(*) FROM ordered_events.pending WHERE stream LIKE 'tap_err%'),
+             (SELECT count(*) FROM ordered_events.unprocessed WHERE stream LIKE 'tap_err%')$$,
+    $$VALUES (1::bigint, 0::bigint)$$,
+    'the failed calls wrote no event and no dead letter');
+
+SELECT * FROM finish();
+ROLLBACK;
