@@ -126,14 +126,12 @@ SELECT * FROM pg_temp.snapshot();
 --
 -- Invalid options of create_stream.
 --
--- sequencing: invalid_parameter_value (22023), per_key not supported (0A000)
+-- sequencing: invalid_parameter_value (22023)
 SELECT ordered_events.create_stream('err_t', sequencing => 'bogus');
 \echo SQLSTATE :SQLSTATE
 SELECT ordered_events.create_stream('err_t', sequencing => NULL);
 \echo SQLSTATE :SQLSTATE
 SELECT ordered_events.create_stream('err_t', sequencing => 'GLOBAL');
-\echo SQLSTATE :SQLSTATE
-SELECT ordered_events.create_stream('err_t', sequencing => 'per_key');
 \echo SQLSTATE :SQLSTATE
 -- gap_policy: timeout and fence are not supported (0A000)
 SELECT ordered_events.create_stream('err_t', gap_policy => 'timeout', gap_timeout => '1 minute');
