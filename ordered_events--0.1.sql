@@ -48,6 +48,8 @@ CREATE TABLE ordered_events.stream_progress (
     released_count bigint NOT NULL DEFAULT 0,
     gap_start bigint,               -- first missing seq a release step saw
     gap_first_seen timestamptz,     -- when it first saw it
+    fence_seq bigint,               -- fence: the last seq allocated when read
+    fence_xid xid8,                 -- fence: the next xid, read after fence_seq
     updated_at timestamptz NOT NULL DEFAULT pg_catalog.now()
 );
 COMMENT ON TABLE ordered_events.stream_progress IS
@@ -98,6 +100,9 @@ CREATE TABLE ordered_events.key_progress (
     updated_at timestamptz NOT NULL,
     PRIMARY KEY (stream_id, key)
 );
+-- The keys whose gap a timeout may skip, without visiting idle keys.
+CREATE INDEX key_progress_gap_idx ON ordered_events.key_progress (stream_id, gap_first_seen)
+    WHERE gap_start IS NOT NULL;
 COMMENT ON TABLE ordered_events.key_progress IS
     'Internal: release progress of each key of a per-key stream that has had a release step';
 
@@ -151,17 +156,30 @@ CREATE INDEX unprocessed_stream_key_idx ON ordered_events.unprocessed (stream, k
 COMMENT ON TABLE ordered_events.unprocessed IS
     'Events received but never to be released, with the reason (dead letters)';
 
-CREATE TABLE ordered_events.skipped_gaps (
-    stream text NOT NULL,
-    key text COLLATE "C",
+/*
+ * The skip ledger.  A run of seqs declared lost, inclusive bounds.  An event
+ * whose transaction was open when its seq was skipped can still commit into
+ * the run; such an event is never released (the views exclude it) and is
+ * moved to unprocessed as gap_skipped by a later release step.  The run is
+ * settled once no transaction older than settle_xid (the next xid when a
+ * step after the skip first looked at it) is running: none can add to it
+ * any more.
+ */
+CREATE TABLE ordered_events.gap_skips (
+    stream_id integer NOT NULL
+        REFERENCES ordered_events.stream_def ON DELETE CASCADE,
+    key text COLLATE "C",           -- NULL for global streams
     gap_start bigint NOT NULL,
     gap_end bigint NOT NULL,
     reason text NOT NULL,
-    skipped_at timestamptz NOT NULL DEFAULT pg_catalog.now()
+    skipped_at timestamptz NOT NULL,
+    settle_xid xid8,
+    settled boolean NOT NULL DEFAULT false
 );
-CREATE INDEX skipped_gaps_stream_idx ON ordered_events.skipped_gaps (stream, gap_start);
-COMMENT ON TABLE ordered_events.skipped_gaps IS
-    'Ledger of skipped gaps (inclusive bounds): every seq the range passed without an event';
+CREATE INDEX gap_skips_lookup_idx ON ordered_events.gap_skips (stream_id, key, gap_end);
+CREATE INDEX gap_skips_unsettled_idx ON ordered_events.gap_skips (stream_id) WHERE NOT settled;
+COMMENT ON TABLE ordered_events.gap_skips IS
+    'Internal: the skip ledger, with what late events still need';
 
 SELECT pg_catalog.pg_extension_config_dump('ordered_events.stream_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('ordered_events.stream_def', '');
@@ -173,13 +191,17 @@ SELECT pg_catalog.pg_extension_config_dump('ordered_events.key_progress', '');
 SELECT pg_catalog.pg_extension_config_dump('ordered_events.key_arrivals', '');
 SELECT pg_catalog.pg_extension_config_dump('ordered_events.key_release_log', '');
 SELECT pg_catalog.pg_extension_config_dump('ordered_events.unprocessed', '');
-SELECT pg_catalog.pg_extension_config_dump('ordered_events.skipped_gaps', '');
+SELECT pg_catalog.pg_extension_config_dump('ordered_events.gap_skips', '');
 
--- Every change to stream_def must reach the stream cache of every backend.
+-- Every change to stream_def or the skip ledger must reach the stream cache
+-- of every backend (it holds each stream's highest skipped seq).
 CREATE FUNCTION ordered_events.stream_def_changed() RETURNS trigger
     LANGUAGE c AS 'MODULE_PATHNAME', 'oe_stream_def_changed';
 CREATE TRIGGER stream_def_changed
     AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON ordered_events.stream_def
+    FOR EACH STATEMENT EXECUTE FUNCTION ordered_events.stream_def_changed();
+CREATE TRIGGER gap_skips_changed
+    AFTER INSERT OR DELETE OR TRUNCATE ON ordered_events.gap_skips
     FOR EACH STATEMENT EXECUTE FUNCTION ordered_events.stream_def_changed();
 
 /*
@@ -210,15 +232,24 @@ BEGIN
         PERFORM ordered_events.invalid_option('gap_policy', gap_policy,
             'Use ''wait'', ''timeout'' or ''fence''.');
     END IF;
-    IF gap_policy IN ('timeout', 'fence') THEN
-        RAISE EXCEPTION 'gap_policy ''%'' is not supported in this version', gap_policy
-            USING ERRCODE = 'feature_not_supported',
-                  HINT = 'Use gap_policy => ''wait''.';
+    IF gap_policy = 'timeout' AND gap_timeout IS NULL THEN
+        RAISE EXCEPTION 'gap_policy ''timeout'' needs a gap_timeout'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Pass gap_timeout => interval ''5 minutes'', say: how long a gap may be missing before it is skipped.';
     END IF;
-    IF gap_timeout IS NOT NULL THEN
+    IF gap_timeout IS NOT NULL AND gap_policy <> 'timeout' THEN
         RAISE EXCEPTION 'gap_timeout is only valid with gap_policy ''timeout'''
             USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'Leave gap_timeout NULL.';
+                  HINT = 'Leave gap_timeout NULL, or use gap_policy => ''timeout''.';
+    END IF;
+    IF gap_timeout <= interval '0' THEN
+        PERFORM ordered_events.invalid_option('gap_timeout', gap_timeout::text,
+            'Use a positive interval.');
+    END IF;
+    IF gap_policy = 'fence' AND sequencing <> 'global' THEN
+        RAISE EXCEPTION 'gap_policy ''fence'' is only valid for global streams'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Per-key streams take ''wait'' or ''timeout''.';
     END IF;
     IF max_release_batch IS NULL OR max_release_batch < 1 THEN
         PERFORM ordered_events.invalid_option('max_release_batch', max_release_batch::text,
@@ -272,6 +303,14 @@ BEGIN
 
     INSERT INTO ordered_events.stream_progress (stream_id, range_start, range_end)
     VALUES (new_id, create_stream.initial_sequence, create_stream.initial_sequence);
+
+    -- append() takes the seqs of a fence stream from here; CACHE 1 so that
+    -- the last allocated value is what every backend reads.
+    IF create_stream.gap_policy = 'fence' THEN
+        EXECUTE format('CREATE SEQUENCE ordered_events.%I AS bigint MINVALUE %s START %s CACHE 1',
+                       'fence_seq_' || new_id, create_stream.initial_sequence,
+                       create_stream.initial_sequence);
+    END IF;
 END;
 $$;
 COMMENT ON FUNCTION ordered_events.create_stream(text, text, bigint, text, interval, integer) IS
@@ -322,11 +361,20 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    d ordered_events.stream_def := ordered_events.stream_for_update(stream);
+    old ordered_events.stream_def := ordered_events.stream_for_update(stream);
+    d ordered_events.stream_def := old;
 BEGIN
     d.gap_policy := coalesce(alter_stream.gap_policy, d.gap_policy);
     d.gap_timeout := coalesce(alter_stream.gap_timeout, d.gap_timeout);
     d.max_release_batch := coalesce(alter_stream.max_release_batch, d.max_release_batch);
+    IF d.gap_policy <> 'timeout' THEN
+        d.gap_timeout := alter_stream.gap_timeout;
+    END IF;
+    IF (d.gap_policy = 'fence') <> (old.gap_policy = 'fence') THEN
+        RAISE EXCEPTION 'gap_policy ''fence'' can only be chosen when the stream is created'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'A fence stream is fed by append() and other streams by ingest(); create a new stream instead.';
+    END IF;
     PERFORM ordered_events.check_release_options(d.sequencing, d.gap_policy, d.gap_timeout,
                                                  d.max_release_batch);
     UPDATE ordered_events.stream_def s
@@ -353,13 +401,18 @@ BEGIN
      */
     LOCK TABLE ordered_events.events IN SHARE ROW EXCLUSIVE MODE;
     d := ordered_events.stream_for_update(stream);
+    -- ... and for a release step in progress, which would log its release.
+    PERFORM FROM ordered_events.stream_progress p WHERE p.stream_id = d.stream_id FOR UPDATE;
+    IF d.gap_policy = 'fence' THEN
+        EXECUTE format('DROP SEQUENCE ordered_events.%I', 'fence_seq_' || d.stream_id);
+    END IF;
     DELETE FROM ordered_events.events e WHERE e.stream_id = d.stream_id;
     DELETE FROM ordered_events.release_log l WHERE l.stream_id = d.stream_id;
     DELETE FROM ordered_events.key_events e WHERE e.stream_id = d.stream_id;
     DELETE FROM ordered_events.key_arrivals a WHERE a.stream_id = d.stream_id;
     DELETE FROM ordered_events.key_release_log l WHERE l.stream_id = d.stream_id;
     DELETE FROM ordered_events.unprocessed u WHERE u.stream = d.stream;
-    DELETE FROM ordered_events.skipped_gaps g WHERE g.stream = d.stream;
+    DELETE FROM ordered_events.gap_skips g WHERE g.stream_id = d.stream_id;
     DELETE FROM ordered_events.stream_def s WHERE s.stream_id = d.stream_id;
 END;
 $$;
@@ -420,25 +473,34 @@ COMMENT ON FUNCTION ordered_events.release(text) IS
  * Reading
  */
 
--- Every accepted event with the first seq of its sequence that is not
--- released: the stream's range_end, or its key's (initial_sequence for a key
--- no release step has looked at).  lane orders per-key streams by key.
+-- Every accepted event and whether it is released: its seq is below its
+-- sequence's range_end (the stream's, or its key's: initial_sequence for a
+-- key no release step has looked at), and it did not commit late into a
+-- skipped run.  lane orders per-key streams by key.
 CREATE VIEW ordered_events.accepted_events AS
-SELECT d.stream, d.stream_id, NULL::text COLLATE "C" AS lane, p.range_end AS released_below,
+SELECT d.stream, d.stream_id, NULL::text COLLATE "C" AS lane,
+       e.seq < p.range_end AND NOT EXISTS (
+           SELECT FROM ordered_events.gap_skips g
+            WHERE g.stream_id = e.stream_id AND NOT g.settled AND g.key IS NULL
+              AND e.seq BETWEEN g.gap_start AND g.gap_end) AS is_released,
        e.seq, e.key, e.payload, e.event_ts, e.alignment_ts, e.received_at,
        false AS last_event
   FROM ordered_events.stream_def d
   JOIN ordered_events.stream_progress p ON p.stream_id = d.stream_id
   JOIN ordered_events.events e ON e.stream_id = d.stream_id
 UNION ALL
-SELECT d.stream, d.stream_id, e.key, coalesce(k.range_end, d.initial_sequence),
+SELECT d.stream, d.stream_id, e.key,
+       e.seq < coalesce(k.range_end, d.initial_sequence) AND NOT EXISTS (
+           SELECT FROM ordered_events.gap_skips g
+            WHERE g.stream_id = e.stream_id AND NOT g.settled AND g.key = e.key
+              AND e.seq BETWEEN g.gap_start AND g.gap_end),
        e.seq, e.key, e.payload, e.event_ts, e.alignment_ts, e.received_at,
        e.last_event
   FROM ordered_events.stream_def d
   JOIN ordered_events.key_events e ON e.stream_id = d.stream_id
   LEFT JOIN ordered_events.key_progress k ON k.stream_id = e.stream_id AND k.key = e.key;
 COMMENT ON VIEW ordered_events.accepted_events IS
-    'Internal: every accepted event with the bound below which its sequence is released';
+    'Internal: every accepted event and whether it is released';
 
 CREATE VIEW ordered_events.released AS
 SELECT a.stream, a.seq, a.key, a.payload, a.event_ts, a.alignment_ts, a.received_at,
@@ -452,7 +514,7 @@ SELECT a.stream, a.seq, a.key, a.payload, a.event_ts, a.alignment_ts, a.received
              ORDER BY l.seq_end LIMIT 1)
        END AS released_at
   FROM ordered_events.accepted_events a
- WHERE a.seq < a.released_below
+ WHERE a.is_released
  ORDER BY a.stream, a.lane, a.seq;
 COMMENT ON VIEW ordered_events.released IS
     'The ordered view: every released event, by stream and seq (per-key streams: stream, key, seq)';
@@ -460,7 +522,7 @@ COMMENT ON VIEW ordered_events.released IS
 CREATE VIEW ordered_events.pending AS
 SELECT a.stream, a.seq, a.key, a.payload, a.event_ts, a.alignment_ts, a.received_at
   FROM ordered_events.accepted_events a
- WHERE a.seq >= a.released_below
+ WHERE NOT a.is_released
  ORDER BY a.stream, a.lane, a.seq;
 COMMENT ON VIEW ordered_events.pending IS
     'Accepted events that wait for a lower seq';
@@ -476,12 +538,12 @@ COMMENT ON VIEW ordered_events.ranges IS
 CREATE VIEW ordered_events.key_status AS
 WITH accepted AS (
     SELECT a.stream, a.key,
-           max(a.seq) FILTER (WHERE a.seq < a.released_below) AS last_released_seq,
-           count(*) FILTER (WHERE a.seq >= a.released_below) AS buffered_count,
-           min(a.seq) FILTER (WHERE a.seq >= a.released_below) AS earliest_buffered_seq,
-           max(a.seq) FILTER (WHERE a.seq >= a.released_below) AS latest_buffered_seq,
+           max(a.seq) FILTER (WHERE a.is_released) AS last_released_seq,
+           count(*) FILTER (WHERE NOT a.is_released) AS buffered_count,
+           min(a.seq) FILTER (WHERE NOT a.is_released) AS earliest_buffered_seq,
+           max(a.seq) FILTER (WHERE NOT a.is_released) AS latest_buffered_seq,
            count(*) AS received_count,
-           count(*) FILTER (WHERE a.seq < a.released_below) AS released_count,
+           count(*) FILTER (WHERE a.is_released) AS released_count,
            bool_or(a.last_event) AS last_event_received
       FROM ordered_events.accepted_events a
      GROUP BY a.stream, a.key
@@ -538,6 +600,9 @@ BEGIN
                   FROM ordered_events.events e
                  WHERE e.stream_id = s.stream_id AND e.seq >= s.range_end) a
          WHERE a.seq > a.gap_start
+           AND NOT EXISTS (SELECT FROM ordered_events.gap_skips g
+                            WHERE g.stream_id = s.stream_id AND g.key IS NULL
+                              AND g.gap_start <= a.gap_start AND g.gap_end >= a.seq - 1)
          ORDER BY 2;
     ELSE
         RETURN QUERY
@@ -552,6 +617,9 @@ BEGIN
                  WHERE e.stream_id = s.stream_id
                    AND e.seq >= coalesce(k.range_end, s.initial_sequence)) a
          WHERE a.seq > a.gap_start
+           AND NOT EXISTS (SELECT FROM ordered_events.gap_skips g
+                            WHERE g.stream_id = s.stream_id AND g.key = a.key
+                              AND g.gap_start <= a.gap_start AND g.gap_end >= a.seq - 1)
          ORDER BY 1, 2;
     END IF;
 END;
@@ -582,7 +650,7 @@ SELECT d.stream,
  CROSS JOIN LATERAL (
         SELECT count(*) AS pending_count, min(a.received_at) AS oldest_pending_at
           FROM ordered_events.accepted_events a
-         WHERE a.stream_id = d.stream_id AND a.seq >= a.released_below) pe
+         WHERE a.stream_id = d.stream_id AND NOT a.is_released) pe
  CROSS JOIN LATERAL (
         SELECT CASE WHEN d.sequencing = 'global' THEN p.released_count
                     ELSE (SELECT coalesce(sum(k.released_count), 0)::bigint
@@ -599,9 +667,131 @@ SELECT d.stream,
           FROM ordered_events.unprocessed u WHERE u.stream = d.stream) un
  CROSS JOIN LATERAL (
         SELECT coalesce(sum(g.gap_end - g.gap_start + 1), 0)::bigint AS skipped_count
-          FROM ordered_events.skipped_gaps g WHERE g.stream = d.stream) sk;
+          FROM ordered_events.gap_skips g WHERE g.stream_id = d.stream_id) sk;
 COMMENT ON VIEW ordered_events.stream_stats IS
     'One row per stream: range, backlog, dead letters and the first gap';
+
+CREATE VIEW ordered_events.skipped_gaps AS
+SELECT d.stream, g.key, g.gap_start, g.gap_end, g.reason, g.skipped_at
+  FROM ordered_events.gap_skips g
+  JOIN ordered_events.stream_def d ON d.stream_id = g.stream_id
+ ORDER BY d.stream, g.key, g.gap_start;
+COMMENT ON VIEW ordered_events.skipped_gaps IS
+    'The skip ledger: every run of seqs (inclusive bounds) a range passed without its events';
+
+CREATE FUNCTION ordered_events.blockers(stream text)
+RETURNS TABLE (pid integer, xid xid, state text, xact_start timestamptz, query text)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    s record;
+BEGIN
+    PERFORM ordered_events.check_stream_not_null(stream);
+    SELECT d.stream_id, d.gap_policy, p.fence_xid INTO s
+      FROM ordered_events.stream_def d
+      JOIN ordered_events.stream_progress p ON p.stream_id = d.stream_id
+     WHERE d.stream = blockers.stream;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'stream "%" does not exist', blockers.stream
+            USING ERRCODE = 'undefined_object',
+                  HINT = 'See ordered_events.streams for the existing streams.';
+    END IF;
+    IF NOT EXISTS (SELECT FROM ordered_events.gaps(blockers.stream)) THEN
+        RETURN;                 -- nothing is missing: nothing blocks
+    END IF;
+
+    IF s.gap_policy = 'fence' THEN
+        -- The transactions older than the fence: any of them may still
+        -- commit a missing seq.
+        RETURN QUERY
+        SELECT a.pid, a.backend_xid, a.state, a.xact_start, a.query
+          FROM pg_catalog.pg_stat_activity a
+         WHERE s.fence_xid IS NOT NULL
+           AND a.backend_xid IS NOT NULL AND a.pid <> pg_catalog.pg_backend_pid()
+           AND pg_catalog.age(a.backend_xid) > pg_catalog.age(pg_catalog.xid(s.fence_xid))
+         ORDER BY a.xact_start;
+    ELSE
+        -- The open transactions that wrote events: any may hold a missing seq.
+        RETURN QUERY
+        SELECT a.pid, a.backend_xid, a.state, a.xact_start, a.query
+          FROM pg_catalog.pg_stat_activity a
+         WHERE a.pid <> pg_catalog.pg_backend_pid()
+           AND a.pid IN (SELECT l.pid FROM pg_catalog.pg_locks l
+                          WHERE l.granted AND l.mode = 'RowExclusiveLock'
+                            AND l.relation IN ('ordered_events.events'::pg_catalog.regclass,
+                                               'ordered_events.key_events'::pg_catalog.regclass))
+         ORDER BY a.xact_start;
+    END IF;
+END;
+$$;
+COMMENT ON FUNCTION ordered_events.blockers(text) IS
+    'The open transactions a blocked stream is waiting for';
+
+CREATE FUNCTION ordered_events.append(
+    stream text,
+    key text,
+    payload jsonb DEFAULT NULL,
+    event_ts timestamptz DEFAULT NULL)
+RETURNS bigint
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'oe_append';
+COMMENT ON FUNCTION ordered_events.append(text, text, jsonb, timestamptz) IS
+    'Write an event to a fence stream; the stream allocates its seq, which is returned';
+
+CREATE FUNCTION ordered_events.skip_gap(
+    stream text,
+    through_seq bigint,
+    reason text,
+    key text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'oe_skip_gap';
+COMMENT ON FUNCTION ordered_events.skip_gap(text, bigint, text, text) IS
+    'Declare every missing seq up to through_seq lost, record it, and release what that unblocks';
+
+-- The streams a worker cycle should step: something to release, a gap no
+-- step has seen, a policy that may skip, or late events to settle.  The
+-- stream whose oldest such thing waited longest comes first.
+CREATE FUNCTION ordered_events.streams_with_work()
+RETURNS TABLE (stream text)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT d.stream
+  FROM ordered_events.stream_def d
+  JOIN ordered_events.stream_progress p ON p.stream_id = d.stream_id
+ CROSS JOIN LATERAL (
+        (SELECT e.seq = p.range_end
+                OR p.gap_start IS DISTINCT FROM p.range_end
+                OR d.gap_policy = 'fence'
+                OR p.gap_first_seen + d.gap_timeout <= pg_catalog.now() AS needed,
+                e.received_at AS since
+           FROM ordered_events.events e
+          WHERE d.sequencing = 'global'
+            AND e.stream_id = p.stream_id AND e.seq >= p.range_end
+          ORDER BY e.seq LIMIT 1)
+        UNION ALL
+        (SELECT true, a.arrived_at
+           FROM ordered_events.key_arrivals a
+          WHERE d.sequencing = 'per_key' AND a.stream_id = p.stream_id
+          ORDER BY a.arrived_at LIMIT 1)
+        UNION ALL
+        (SELECT true, k.gap_first_seen
+           FROM ordered_events.key_progress k
+          WHERE d.gap_policy = 'timeout' AND k.stream_id = p.stream_id
+            AND k.gap_start IS NOT NULL
+            AND k.gap_first_seen <= pg_catalog.now() - d.gap_timeout
+          ORDER BY k.gap_first_seen LIMIT 1)
+        UNION ALL
+        (SELECT true, g.skipped_at
+           FROM ordered_events.gap_skips g
+          WHERE g.stream_id = p.stream_id AND NOT g.settled
+          ORDER BY g.skipped_at LIMIT 1)) w
+ WHERE w.needed
+ GROUP BY d.stream
+ ORDER BY min(w.since), d.stream
+$$;
 
 /*
  * Background worker

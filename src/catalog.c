@@ -185,9 +185,12 @@ read_stream(const char *name, OeStream *stream)
 	{
 		Oid			argtype = TEXTOID;
 
-		stream_plan = SPI_prepare("SELECT stream_id, sequencing = 'per_key', "
-								  "initial_sequence, max_release_batch "
-								  "FROM ordered_events.stream_def WHERE stream = $1",
+		stream_plan = SPI_prepare("SELECT d.stream_id, d.sequencing = 'per_key', "
+								  "d.initial_sequence, d.max_release_batch, d.gap_policy, "
+								  "(SELECT max(g.gap_end) FROM ordered_events.gap_skips g "
+								  " WHERE g.stream_id = d.stream_id), "
+								  "pg_catalog.to_regclass('ordered_events.fence_seq_' || d.stream_id) "
+								  "FROM ordered_events.stream_def d WHERE d.stream = $1",
 								  1, &argtype);
 		if (stream_plan == NULL)
 			elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
@@ -203,6 +206,8 @@ read_stream(const char *name, OeStream *stream)
 		HeapTuple	tuple = SPI_tuptable->vals[0];
 		TupleDesc	desc = SPI_tuptable->tupdesc;
 		bool		isnull;
+		char	   *policy;
+		Datum		value;
 
 		memset(stream, 0, sizeof(*stream));
 		strlcpy(stream->name, name, NAMEDATALEN);
@@ -210,6 +215,13 @@ read_stream(const char *name, OeStream *stream)
 		stream->per_key = DatumGetBool(SPI_getbinval(tuple, desc, 2, &isnull));
 		stream->initial_sequence = DatumGetInt64(SPI_getbinval(tuple, desc, 3, &isnull));
 		stream->max_release_batch = DatumGetInt32(SPI_getbinval(tuple, desc, 4, &isnull));
+		policy = TextDatumGetCString(SPI_getbinval(tuple, desc, 5, &isnull));
+		stream->gap_policy = strcmp(policy, "timeout") == 0 ? OE_GAP_TIMEOUT :
+			strcmp(policy, "fence") == 0 ? OE_GAP_FENCE : OE_GAP_WAIT;
+		value = SPI_getbinval(tuple, desc, 6, &isnull);
+		stream->skipped_through = isnull ? PG_INT64_MIN : DatumGetInt64(value);
+		value = SPI_getbinval(tuple, desc, 7, &isnull);
+		stream->fence_seq = isnull ? InvalidOid : DatumGetObjectId(value);
 	}
 	SPI_finish();
 	return found;
@@ -298,17 +310,15 @@ oe_all_streams(void)
 }
 
 /*
- * Trigger on ordered_events.stream_def: make every backend drop its cached
- * stream definitions when this transaction commits.
+ * Trigger on ordered_events.stream_def and gap_skips: make every backend drop
+ * its cached stream definitions when this transaction commits.
  */
 PG_FUNCTION_INFO_V1(oe_stream_def_changed);
 Datum
 oe_stream_def_changed(PG_FUNCTION_ARGS)
 {
-	TriggerData *trigdata = (TriggerData *) fcinfo->context;
-
 	if (!CALLED_AS_TRIGGER(fcinfo))
 		elog(ERROR, "oe_stream_def_changed: not called by trigger manager");
-	CacheInvalidateRelcacheByRelid(RelationGetRelid(trigdata->tg_relation));
+	CacheInvalidateRelcacheByRelid(oe_relations()->stream_def);
 	return PointerGetDatum(NULL);
 }

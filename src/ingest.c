@@ -21,17 +21,20 @@
 #include "ordered_events.h"
 
 #include "access/xact.h"
+#include "commands/sequence.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
 #include "executor/spi.h"
 #include "storage/lmgr.h"
 #include "utils/builtins.h"
+#include "utils/inval.h"
 #include "utils/jsonb.h"
 #include "utils/timestamp.h"
 
 static SPIPlanPtr insert_event_plan = NULL;
 static SPIPlanPtr insert_key_event_plan = NULL;
 static SPIPlanPtr why_rejected_plan = NULL;
+static SPIPlanPtr skipped_plan = NULL;
 static SPIPlanPtr insert_unprocessed_plan = NULL;
 
 static SPIPlanPtr
@@ -159,6 +162,39 @@ why_key_event_rejected(const OeStream *stream, const OeEvent *event, char **deta
 	return OE_AFTER_LAST_EVENT;
 }
 
+/*
+ * If the event's seq lies in a skipped run of its sequence, return the
+ * reason of the skip; otherwise NULL.
+ */
+static char *
+skip_reason(const OeStream *stream, const OeEvent *event)
+{
+	Datum		values[3];
+	char		nulls[3] = {' ', ' ', ' '};
+	char	   *reason = NULL;
+
+	if (skipped_plan == NULL)
+	{
+		Oid			argtypes[3] = {INT4OID, TEXTOID, INT8OID};
+
+		skipped_plan = prepare_kept(
+			"SELECT reason FROM ordered_events.gap_skips "
+			"WHERE stream_id = $1 AND key IS NOT DISTINCT FROM $2 "
+			"AND gap_end >= $3 AND gap_start <= $3 LIMIT 1",
+			3, argtypes);
+	}
+	values[0] = Int32GetDatum(stream->stream_id);
+	values[1] = PointerGetDatum(event->key);
+	if (!stream->per_key)
+		nulls[1] = 'n';
+	values[2] = Int64GetDatum(event->seq);
+	if (SPI_execute_plan(skipped_plan, values, nulls, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "reading %s.gap_skips failed", OE_SCHEMA);
+	if (SPI_processed == 1)
+		reason = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+	return reason;
+}
+
 /* Record a rejected event in unprocessed with its reason. */
 static void
 insert_unprocessed(const OeStream *stream, const OeEvent *event,
@@ -204,6 +240,7 @@ oe_ingest_event(const OeStream *stream, const OeEvent *event)
 {
 	OeOutcome	outcome;
 	char	   *detail = NULL;
+	char	   *skipped;
 
 	if (VARSIZE_ANY_EXHDR(event->key) > OE_MAX_KEY_BYTES)
 		ereport(ERROR,
@@ -231,6 +268,14 @@ oe_ingest_event(const OeStream *stream, const OeEvent *event)
 		outcome = OE_SEQUENCE_ID_OUTSIDE_VALID_RANGE;
 		detail = psprintf("Seq " INT64_FORMAT " has no successor.", event->seq);
 	}
+	/* Only a seq at or below the highest skipped one needs the ledger. */
+	else if (event->seq <= stream->skipped_through &&
+			 (skipped = skip_reason(stream, event)) != NULL)
+	{
+		outcome = OE_GAP_SKIPPED;
+		detail = psprintf("Seq " INT64_FORMAT " arrived after it was skipped (%s).",
+						  event->seq, skipped);
+	}
 	else if (stream->per_key)
 	{
 		if (insert_key_event(stream, event))
@@ -253,8 +298,8 @@ oe_ingest_event(const OeStream *stream, const OeEvent *event)
 	return outcome;
 }
 
-static void
-error_null_argument(const char *name)
+void
+oe_error_null_argument(const char *name)
 {
 	ereport(ERROR,
 			(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
@@ -262,12 +307,35 @@ error_null_argument(const char *name)
 			 errhint("Every event needs a stream, a seq and a key.")));
 }
 
-/* Look the stream up for writing; see the banner for the lock. */
+/*
+ * Look the stream up for writing; see the banner for the lock.  Pending
+ * invalidations are read even when this transaction already holds the lock,
+ * so a skip committed meanwhile is seen (its highest skipped seq).  "caller"
+ * is ingest or append, which serve different gap policies.
+ */
 static OeStream
-stream_for_ingest(text *name)
+stream_for_ingest(text *name, bool append)
 {
+	OeStream	stream;
+
 	LockRelationOid(oe_relations()->events, RowExclusiveLock);
-	return oe_stream_or_error(name);
+	AcceptInvalidationMessages();
+	stream = oe_stream_or_error(name);
+
+	if (append && stream.gap_policy != OE_GAP_FENCE)
+		ereport(ERROR,
+				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+				 errmsg("append() is only for streams with gap_policy 'fence'"),
+				 errdetail("Stream \"%s\" has gap_policy '%s'.", stream.name,
+						   stream.gap_policy == OE_GAP_TIMEOUT ? "timeout" : "wait"),
+				 errhint("Use ordered_events.ingest() with the event's own seq.")));
+	if (!append && stream.gap_policy == OE_GAP_FENCE)
+		ereport(ERROR,
+				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+				 errmsg("stream \"%s\" takes events from append() only", stream.name),
+				 errdetail("Its gap_policy 'fence' relies on the stream allocating every seq."),
+				 errhint("Use ordered_events.append(stream, key, payload), which returns the seq.")));
+	return stream;
 }
 
 /*
@@ -282,11 +350,11 @@ oe_ingest(PG_FUNCTION_ARGS)
 	OeEvent		event;
 
 	if (PG_ARGISNULL(0))
-		error_null_argument("stream");
+		oe_error_null_argument("stream");
 	if (PG_ARGISNULL(1))
-		error_null_argument("seq");
+		oe_error_null_argument("seq");
 	if (PG_ARGISNULL(2))
-		error_null_argument("key");
+		oe_error_null_argument("key");
 
 	event.seq = PG_GETARG_INT64(1);
 	event.key = PG_GETARG_TEXT_PP(2);
@@ -297,8 +365,46 @@ oe_ingest(PG_FUNCTION_ARGS)
 		: PG_GETARG_TIMESTAMPTZ(5);
 	event.last_event = PG_ARGISNULL(6) ? false : PG_GETARG_BOOL(6);
 
-	stream = stream_for_ingest(PG_GETARG_TEXT_PP(0));
+	stream = stream_for_ingest(PG_GETARG_TEXT_PP(0), false);
 	PG_RETURN_DATUM(oe_outcome_datum(oe_ingest_event(&stream, &event)));
+}
+
+/*
+ * append(stream, key, payload, event_ts) returns bigint
+ *
+ * For fence streams: take the stream's next seq and write the event with it.
+ * The transaction gets its xid before it takes the seq, so that the fence
+ * (release.c) can tell from running xids alone who may still hold a seq.
+ */
+PG_FUNCTION_INFO_V1(oe_append);
+Datum
+oe_append(PG_FUNCTION_ARGS)
+{
+	OeStream	stream;
+	OeEvent		event;
+	OeOutcome	outcome;
+
+	if (PG_ARGISNULL(0))
+		oe_error_null_argument("stream");
+	if (PG_ARGISNULL(1))
+		oe_error_null_argument("key");
+
+	event.key = PG_GETARG_TEXT_PP(1);
+	event.payload = PG_ARGISNULL(2) ? NULL : PG_GETARG_JSONB_P(2);
+	event.event_ts = PG_ARGISNULL(3) ? GetCurrentTransactionStartTimestamp()
+		: PG_GETARG_TIMESTAMPTZ(3);
+	event.alignment_ts = GetCurrentTimestamp();
+	event.last_event = false;
+
+	stream = stream_for_ingest(PG_GETARG_TEXT_PP(0), true);
+	(void) GetTopTransactionId();
+	event.seq = nextval_internal(stream.fence_seq, false);
+
+	outcome = oe_ingest_event(&stream, &event);
+	if (outcome != OE_ACCEPTED)
+		elog(ERROR, "seq " INT64_FORMAT " allocated for stream \"%s\" was not accepted: %s",
+			 event.seq, stream.name, oe_outcome_name(outcome));
+	PG_RETURN_INT64(event.seq);
 }
 
 /* Column numbers of the inbox view. */
@@ -340,17 +446,17 @@ oe_inbox_insert(PG_FUNCTION_ARGS)
 
 	value = heap_getattr(row, INBOX_STREAM, desc, &isnull);
 	if (isnull)
-		error_null_argument("stream");
-	stream = stream_for_ingest(DatumGetTextPP(value));
+		oe_error_null_argument("stream");
+	stream = stream_for_ingest(DatumGetTextPP(value), false);
 
 	value = heap_getattr(row, INBOX_SEQ, desc, &isnull);
 	if (isnull)
-		error_null_argument("seq");
+		oe_error_null_argument("seq");
 	event.seq = DatumGetInt64(value);
 
 	value = heap_getattr(row, INBOX_KEY, desc, &isnull);
 	if (isnull)
-		error_null_argument("key");
+		oe_error_null_argument("key");
 	event.key = DatumGetTextPP(value);
 
 	value = heap_getattr(row, INBOX_PAYLOAD, desc, &isnull);

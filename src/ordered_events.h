@@ -47,6 +47,14 @@ typedef enum OeOutcome
 	OE_NUM_OUTCOMES
 } OeOutcome;
 
+/* gap_policy of a stream */
+typedef enum OeGapPolicy
+{
+	OE_GAP_WAIT,
+	OE_GAP_TIMEOUT,
+	OE_GAP_FENCE
+} OeGapPolicy;
+
 /* A stream's definition, as cached by catalog.c. */
 typedef struct OeStream
 {
@@ -55,6 +63,9 @@ typedef struct OeStream
 	bool		per_key;
 	int64		initial_sequence;
 	int32		max_release_batch;
+	OeGapPolicy gap_policy;
+	int64		skipped_through;	/* highest skipped seq, PG_INT64_MIN if none */
+	Oid			fence_seq;		/* sequence append() takes seqs from */
 } OeStream;
 
 /* The OIDs of the extension's relations in the current database. */
@@ -121,6 +132,7 @@ extern const char *oe_outcome_name(OeOutcome outcome);
 
 /* ingest.c */
 extern OeOutcome oe_ingest_event(const OeStream *stream, const OeEvent *event);
+extern void oe_error_null_argument(const char *name);
 
 /* release.c */
 extern int64 oe_release_stream(const OeStream *stream);

@@ -1,18 +1,35 @@
 /*-------------------------------------------------------------------------
  *
  * release.c
- *	  Advancing the contiguous ranges of a stream over the events that arrived.
+ *	  Advancing the contiguous ranges of a stream over the events that
+ *	  arrived, and over the gaps its policy or an operator skips.
  *
  * Releasing moves no rows: an event is released exactly when its seq is
  * below its sequence's range_end (the stream's, in stream_progress, for a
- * global stream; its key's, in key_progress, for a per-key stream).  A
- * release step walks the primary key from range_end, counting consecutive
- * seqs until the first missing one or max_release_batch, then stores the
- * new range_end.  Its cost is proportional to the events it releases, never
- * to the backlog beyond the gap.
- *
- * A per-key step looks only at the keys that received events since the
+ * global stream; its key's, in key_progress, for a per-key stream).  Each
+ * sequence is a "lane".  A release step walks the lane's primary key from
+ * range_end, counting consecutive seqs until the first missing one or
+ * max_release_batch, then stores the new range_end.  Its cost is
+ * proportional to the events it releases, never to the backlog beyond the
+ * gap.  A per-key step looks only at the keys that received events since the
  * last step (key_arrivals), so its cost does not grow with idle keys.
+ *
+ * Skips: the walk passes over the runs recorded in the skip ledger
+ * (gap_skips), and records new ones when the gap policy allows: 'timeout'
+ * once the gap has been missing for gap_timeout since a step first saw it;
+ * 'fence' once every transaction that could still fill it has ended.  The
+ * fence is sound because append() gives its transaction an xid before it
+ * takes a seq: when a step first sees the gap it reads the last allocated
+ * seq L, then the next xid X; a transaction holding a seq <= L has an xid
+ * below X, so once no xid below X runs, every seq <= L that is still missing
+ * never will arrive.
+ *
+ * An event whose transaction was open while its seq was skipped may commit
+ * afterwards.  The views never release it; "settling" moves it to
+ * unprocessed: a run gets settle_xid (the next xid) from the first step
+ * after the skip committed, and once no xid below it runs, no transaction
+ * that missed the skip can still add to the run.  Later arrivals are
+ * rejected at ingest (the stream cache knows the highest skipped seq).
  *
  * Concurrency: a step first locks the stream's stream_progress row, then
  * takes a fresh snapshot for the walks, so two concurrent steps run one
@@ -21,7 +38,7 @@
  * transaction is still open is a gap until it commits, so a later seq that
  * committed first waits for it.
  *
- * After a step that released something, NOTIFY ordered_events is queued
+ * After a step that moved a range, NOTIFY ordered_events is queued
  * ('<stream>:<range_end>', or '<stream>' for a per-key stream); it is
  * delivered when the step commits.
  *
@@ -33,6 +50,8 @@
 #include "access/relscan.h"
 #include "access/stratnum.h"
 #include "access/table.h"
+#include "access/transam.h"
+#include "access/xact.h"
 #include "catalog/pg_collation.h"
 #include "catalog/pg_type.h"
 #include "commands/async.h"
@@ -41,92 +60,485 @@
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
+#include "utils/inval.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
-/* What one walk over the arrived seqs of a sequence found. */
-typedef struct ReleaseWalk
+/* A run of skipped seqs, inclusive. */
+typedef struct SkipRun
 {
+	int64		start;
+	int64		end;
+	const char *reason;			/* set for runs this step adds */
+} SkipRun;
+
+/* One sequence being released: a global stream, or one key. */
+typedef struct Lane
+{
+	const OeStream *stream;
+	text	   *key;			/* NULL for a global stream */
 	int64		range_end;		/* first seq not released */
-	int64		released;		/* events passed over */
-	TimestampTz max_event_ts;	/* largest event_ts passed over */
+	TimestampTz max_event_ts;	/* largest event_ts released (global) */
 	bool		max_event_ts_valid;
-	bool		gap;			/* a later seq has arrived: range_end is a gap */
-	bool		last_event;		/* passed over the key's last event */
-} ReleaseWalk;
+	int64		seen_gap;		/* gap a step saw before, or PG_INT64_MIN */
+	bool		seen_gap_expired;	/* ... missing for longer than gap_timeout */
+	bool		has_fence;		/* fence_seq and fence_xid are set */
+	int64		fence_seq;
+	FullTransactionId fence_xid;
+	List	   *runs;			/* SkipRuns ending at or after range_end, by start */
+	List	   *new_runs;		/* SkipRuns this step adds */
 
-static SPIPlanPtr lock_plan = NULL;
-static SPIPlanPtr advance_plan = NULL;
-static SPIPlanPtr log_plan = NULL;
-static SPIPlanPtr take_arrivals_plan = NULL;
-static SPIPlanPtr key_progress_plan = NULL;
-static SPIPlanPtr advance_key_plan = NULL;
-static SPIPlanPtr log_key_plan = NULL;
-static SPIPlanPtr reject_after_last_plan = NULL;
-static SPIPlanPtr arrival_plan = NULL;
+	/* what the step did */
+	int64		released;
+	int64		skipped;
+	bool		gap;			/* stopped at a missing seq, a later one arrived */
+	bool		fence_recorded; /* read a new fence */
+	bool		last_event;		/* passed the key's last event */
+} Lane;
 
-static SPIPlanPtr
-prepare_kept(const char *query, int nargs, Oid *argtypes)
+static SPIPlanPtr plans[16];
+
+enum
 {
-	SPIPlanPtr	plan = SPI_prepare(query, nargs, argtypes);
+	PLAN_LOCK,
+	PLAN_ADVANCE,
+	PLAN_LOG,
+	PLAN_RUNS,
+	PLAN_ADD_RUN,
+	PLAN_UNSETTLED,
+	PLAN_SETTLE_MOVE,
+	PLAN_SETTLE_MARK,
+	PLAN_SETTLE_START,
+	PLAN_FENCE_SEQ,
+	PLAN_TAKE_ARRIVALS,
+	PLAN_ADD_ARRIVAL,
+	PLAN_KEY_PROGRESS,
+	PLAN_ADVANCE_KEY,
+	PLAN_LOG_KEY,
+	PLAN_AFTER_LAST
+};
 
-	if (plan == NULL)
-		elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
-	SPI_keepplan(plan);
-	return plan;
-}
+static const char *const plan_sql[] = {
+	[PLAN_LOCK] =
+	"SELECT p.range_end, p.max_event_ts, p.gap_start, "
+	"  p.gap_first_seen + d.gap_timeout <= clock_timestamp(), "
+	"  p.fence_seq, p.fence_xid::text::bigint "
+	"FROM ordered_events.stream_progress p "
+	"JOIN ordered_events.stream_def d ON d.stream_id = p.stream_id "
+	"WHERE p.stream_id = $1 FOR UPDATE OF p",
 
+	[PLAN_ADVANCE] =
+	"UPDATE ordered_events.stream_progress SET "
+	"released_count = released_count + $5, "
+	"updated_at = CASE WHEN $2 > range_end THEN clock_timestamp() ELSE updated_at END, "
+	"range_end = $2, "
+	"max_event_ts = $3, "
+	"gap_first_seen = CASE WHEN NOT $4 THEN NULL "
+	"  WHEN gap_start IS DISTINCT FROM $2 THEN clock_timestamp() "
+	"  ELSE gap_first_seen END, "
+	"gap_start = CASE WHEN $4 THEN $2 END, "
+	"fence_seq = $6, "
+	"fence_xid = $7::text::xid8 "
+	"WHERE stream_id = $1",
+
+	[PLAN_LOG] =
+	"INSERT INTO ordered_events.release_log (stream_id, seq_start, seq_end, released_at) "
+	"VALUES ($1, $2, $3, clock_timestamp())",
+
+	[PLAN_RUNS] =
+	"SELECT gap_start, gap_end FROM ordered_events.gap_skips "
+	"WHERE stream_id = $1 AND key IS NOT DISTINCT FROM $2 AND gap_end >= $3 "
+	"ORDER BY gap_start",
+
+	[PLAN_ADD_RUN] =
+	"INSERT INTO ordered_events.gap_skips "
+	"(stream_id, key, gap_start, gap_end, reason, skipped_at) "
+	"VALUES ($1, $2, $3, $4, $5, clock_timestamp())",
+
+	[PLAN_UNSETTLED] =
+	"SELECT ctid, key, gap_start, gap_end, settle_xid::text::bigint "
+	"FROM ordered_events.gap_skips "
+	"WHERE stream_id = $1 AND NOT settled AND settle_xid IS NOT NULL",
+
+	[PLAN_SETTLE_MOVE] =
+	"WITH late AS ("
+	"  DELETE FROM ordered_events.events "
+	"  WHERE $2::text IS NULL AND stream_id = $1 AND seq BETWEEN $3 AND $4 "
+	"  RETURNING seq, key, payload, event_ts, received_at), "
+	"late_key AS ("
+	"  DELETE FROM ordered_events.key_events "
+	"  WHERE $2::text IS NOT NULL AND stream_id = $1 AND key = $2 AND seq BETWEEN $3 AND $4 "
+	"  RETURNING seq, key, payload, event_ts, received_at) "
+	"INSERT INTO ordered_events.unprocessed "
+	"(stream, seq, key, payload, event_ts, reason, detail, received_at) "
+	"SELECT d.stream, l.seq, l.key, l.payload, l.event_ts, 'gap_skipped', "
+	"  'Seq ' || l.seq || ' committed after it was skipped.', l.received_at "
+	"FROM (SELECT * FROM late UNION ALL SELECT * FROM late_key) l, "
+	"  ordered_events.stream_def d WHERE d.stream_id = $1",
+
+	[PLAN_SETTLE_MARK] =
+	"UPDATE ordered_events.gap_skips SET settled = true WHERE ctid = $1",
+
+	[PLAN_SETTLE_START] =
+	"UPDATE ordered_events.gap_skips SET settle_xid = $2::text::xid8 "
+	"WHERE stream_id = $1 AND NOT settled AND settle_xid IS NULL",
+
+	[PLAN_FENCE_SEQ] =
+	"SELECT pg_catalog.pg_sequence_last_value($1)",
+
+	[PLAN_TAKE_ARRIVALS] =
+	"WITH taken AS ("
+	"  DELETE FROM ordered_events.key_arrivals WHERE ctid = ANY (ARRAY("
+	"    SELECT ctid FROM ordered_events.key_arrivals "
+	"    WHERE stream_id = $1 ORDER BY arrived_at LIMIT $2)) "
+	"  RETURNING key) "
+	"SELECT key FROM taken "
+	"UNION "
+	"(SELECT key FROM ordered_events.key_progress k "
+	"  JOIN ordered_events.stream_def d ON d.stream_id = k.stream_id "
+	"  WHERE k.stream_id = $1 AND k.gap_start IS NOT NULL "
+	"    AND k.gap_first_seen <= clock_timestamp() - d.gap_timeout "
+	"  ORDER BY k.gap_first_seen LIMIT $2) "
+	"ORDER BY key",
+
+	[PLAN_ADD_ARRIVAL] =
+	"INSERT INTO ordered_events.key_arrivals (stream_id, key, arrived_at) "
+	"VALUES ($1, $2, now())",
+
+	[PLAN_KEY_PROGRESS] =
+	"SELECT k.range_end, k.gap_start, "
+	"  k.gap_first_seen + d.gap_timeout <= clock_timestamp() "
+	"FROM ordered_events.key_progress k "
+	"JOIN ordered_events.stream_def d ON d.stream_id = k.stream_id "
+	"WHERE k.stream_id = $1 AND k.key = $2",
+
+	[PLAN_ADVANCE_KEY] =
+	"INSERT INTO ordered_events.key_progress AS k "
+	"(stream_id, key, range_end, released_count, gap_start, gap_first_seen, updated_at) "
+	"VALUES ($1, $2, $3, $4, CASE WHEN $5 THEN $3 END, "
+	"  CASE WHEN $5 THEN clock_timestamp() END, clock_timestamp()) "
+	"ON CONFLICT (stream_id, key) DO UPDATE SET "
+	"released_count = k.released_count + $4, "
+	"updated_at = CASE WHEN $3 > k.range_end THEN clock_timestamp() ELSE k.updated_at END, "
+	"range_end = $3, "
+	"gap_first_seen = CASE WHEN NOT $5 THEN NULL "
+	"  WHEN k.gap_start IS DISTINCT FROM $3 THEN clock_timestamp() "
+	"  ELSE k.gap_first_seen END, "
+	"gap_start = CASE WHEN $5 THEN $3 END",
+
+	[PLAN_LOG_KEY] =
+	"INSERT INTO ordered_events.key_release_log "
+	"(stream_id, key, seq_start, seq_end, released_at) "
+	"VALUES ($1, $2, $3, $4, clock_timestamp())",
+
+	[PLAN_AFTER_LAST] =
+	"WITH rejected AS ("
+	"  DELETE FROM ordered_events.key_events "
+	"  WHERE stream_id = $1 AND key = $2 AND seq >= $3 "
+	"  RETURNING seq, key, payload, event_ts, received_at) "
+	"INSERT INTO ordered_events.unprocessed "
+	"(stream, seq, key, payload, event_ts, reason, detail, received_at) "
+	"SELECT d.stream, r.seq, r.key, r.payload, r.event_ts, 'after_last_event', "
+	"  'The last event of this key is seq ' || ($3 - 1) || '.', r.received_at "
+	"FROM rejected r, ordered_events.stream_def d WHERE d.stream_id = $1",
+};
+
+static const Oid plan_argtypes[][7] = {
+	[PLAN_LOCK] = {INT4OID},
+	[PLAN_ADVANCE] = {INT4OID, INT8OID, TIMESTAMPTZOID, BOOLOID, INT8OID, INT8OID, TEXTOID},
+	[PLAN_LOG] = {INT4OID, INT8OID, INT8OID},
+	[PLAN_RUNS] = {INT4OID, TEXTOID, INT8OID},
+	[PLAN_ADD_RUN] = {INT4OID, TEXTOID, INT8OID, INT8OID, TEXTOID},
+	[PLAN_UNSETTLED] = {INT4OID},
+	[PLAN_SETTLE_MOVE] = {INT4OID, TEXTOID, INT8OID, INT8OID},
+	[PLAN_SETTLE_MARK] = {TIDOID},
+	[PLAN_SETTLE_START] = {INT4OID, TEXTOID},
+	[PLAN_FENCE_SEQ] = {REGCLASSOID},
+	[PLAN_TAKE_ARRIVALS] = {INT4OID, INT8OID},
+	[PLAN_ADD_ARRIVAL] = {INT4OID, TEXTOID},
+	[PLAN_KEY_PROGRESS] = {INT4OID, TEXTOID},
+	[PLAN_ADVANCE_KEY] = {INT4OID, TEXTOID, INT8OID, INT8OID, BOOLOID},
+	[PLAN_LOG_KEY] = {INT4OID, TEXTOID, INT8OID, INT8OID},
+	[PLAN_AFTER_LAST] = {INT4OID, TEXTOID, INT8OID},
+};
+
+static const int plan_nargs[] = {
+	[PLAN_LOCK] = 1, [PLAN_ADVANCE] = 7, [PLAN_LOG] = 3, [PLAN_RUNS] = 3,
+	[PLAN_ADD_RUN] = 5, [PLAN_UNSETTLED] = 1, [PLAN_SETTLE_MOVE] = 4,
+	[PLAN_SETTLE_MARK] = 1, [PLAN_SETTLE_START] = 2, [PLAN_FENCE_SEQ] = 1,
+	[PLAN_TAKE_ARRIVALS] = 2, [PLAN_ADD_ARRIVAL] = 2, [PLAN_KEY_PROGRESS] = 2,
+	[PLAN_ADVANCE_KEY] = 5, [PLAN_LOG_KEY] = 4, [PLAN_AFTER_LAST] = 3,
+};
+
+/*
+ * Run one of the step's statements (prepared once per backend).  "nulls"
+ * may be NULL.  Fails unless SPI returns "expected".
+ */
 static void
-execute(SPIPlanPtr plan, Datum *values, const char *nulls, int expected)
+run_plan(int plan, Datum *values, const char *nulls, int expected)
 {
-	int			rc = SPI_execute_plan(plan, values, nulls, false, 0);
+	int			rc;
 
+	if (plans[plan] == NULL)
+	{
+		SPIPlanPtr	p = SPI_prepare(plan_sql[plan], plan_nargs[plan],
+									(Oid *) plan_argtypes[plan]);
+
+		if (p == NULL)
+			elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
+		SPI_keepplan(p);
+		plans[plan] = p;
+	}
+	rc = SPI_execute_plan(plans[plan], values, nulls, false, 0);
 	if (rc != expected)
 		elog(ERROR, "release step failed: %s", SPI_result_code_string(rc));
 }
 
+/* Value of column "col" of row "row" of the last result; *isnull set. */
+static Datum
+result_value(uint64 row, int col, bool *isnull)
+{
+	return SPI_getbinval(SPI_tuptable->vals[row], SPI_tuptable->tupdesc, col, isnull);
+}
+
+/* key parameter: the key, or NULL for a global lane */
+static void
+key_param(text *key, Datum *value, char *null)
+{
+	*value = PointerGetDatum(key);
+	*null = key == NULL ? 'n' : ' ';
+}
+
+/* True if no transaction other than ours with an xid below "xid" runs in the snapshot. */
+static bool
+no_xid_below(Snapshot snapshot, FullTransactionId xid)
+{
+	TransactionId limit = XidFromFullTransactionId(xid);
+	TransactionId mine = GetTopTransactionIdIfAny();
+
+	for (uint32 i = 0; i < snapshot->xcnt; i++)
+		if (snapshot->xip[i] != mine && TransactionIdPrecedes(snapshot->xip[i], limit))
+			return false;
+	return true;
+}
+
+static char *
+next_xid_text(void)
+{
+	return psprintf(UINT64_FORMAT, U64FromFullTransactionId(ReadNextFullTransactionId()));
+}
+
+/* Load the lane's skipped runs that end at or after its range_end. */
+static void
+load_runs(Lane *lane)
+{
+	Datum		values[3];
+	char		nulls[3] = {' ', ' ', ' '};
+
+	lane->runs = NIL;
+	if (lane->range_end > lane->stream->skipped_through)
+		return;					/* no skip reaches this far */
+
+	values[0] = Int32GetDatum(lane->stream->stream_id);
+	key_param(lane->key, &values[1], &nulls[1]);
+	values[2] = Int64GetDatum(lane->range_end);
+	run_plan(PLAN_RUNS, values, nulls, SPI_OK_SELECT);
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		SkipRun    *run = palloc0(sizeof(SkipRun));
+		bool		isnull;
+
+		run->start = DatumGetInt64(result_value(i, 1, &isnull));
+		run->end = DatumGetInt64(result_value(i, 2, &isnull));
+		lane->runs = lappend(lane->runs, run);
+	}
+}
+
+/* Record new runs in the ledger. */
+static void
+add_runs(Lane *lane)
+{
+	ListCell   *lc;
+
+	foreach(lc, lane->new_runs)
+	{
+		SkipRun    *run = lfirst(lc);
+		Datum		values[5];
+		char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
+
+		values[0] = Int32GetDatum(lane->stream->stream_id);
+		key_param(lane->key, &values[1], &nulls[1]);
+		values[2] = Int64GetDatum(run->start);
+		values[3] = Int64GetDatum(run->end);
+		values[4] = CStringGetTextDatum(run->reason);
+		run_plan(PLAN_ADD_RUN, values, nulls, SPI_OK_INSERT);
+	}
+}
+
 /*
- * Walk an events table's primary key from walk->range_end in seq order,
- * with the given snapshot, over at most "limit" consecutive seqs.  "keys"
- * select the sequence; the last one must be seq >= range_end.  A per-key
- * walk stops after the key's last event.
+ * The lane is stopped at a gap range_end..gap_end (gap_end+1 has arrived, or
+ * starts a skipped run).  If its policy may skip it now, return the last seq
+ * to skip and set *reason; otherwise return PG_INT64_MIN.
+ */
+static int64
+policy_skip_end(Lane *lane, int64 gap_end, Snapshot snapshot, const char **reason)
+{
+	switch (lane->stream->gap_policy)
+	{
+		case OE_GAP_WAIT:
+			break;
+
+		case OE_GAP_TIMEOUT:
+			if (lane->seen_gap == lane->range_end && lane->seen_gap_expired)
+			{
+				*reason = "gap_timeout expired";
+				return gap_end;
+			}
+			break;
+
+		case OE_GAP_FENCE:
+			if (lane->has_fence && lane->fence_seq >= lane->range_end)
+			{
+				if (no_xid_below(snapshot, lane->fence_xid))
+				{
+					*reason = "fence: every transaction that could fill it has ended";
+					return Min(gap_end, lane->fence_seq);
+				}
+			}
+			else
+			{
+				Datum		seq = ObjectIdGetDatum(lane->stream->fence_seq);
+				bool		isnull;
+				Datum		last;
+
+				/* The last allocated seq first, then the next xid: see the banner. */
+				run_plan(PLAN_FENCE_SEQ, &seq, NULL, SPI_OK_SELECT);
+				last = result_value(0, 1, &isnull);
+				lane->fence_seq = isnull ? lane->stream->initial_sequence - 1 : DatumGetInt64(last);
+				lane->fence_xid = ReadNextFullTransactionId();
+				lane->has_fence = true;
+				lane->fence_recorded = true;
+			}
+			break;
+	}
+	return PG_INT64_MIN;
+}
+
+/*
+ * Scan keys selecting the lane's events from seq "from" on; returns their
+ * number.  keys must have room for 3.
+ */
+static int
+lane_scankeys(const Lane *lane, int64 from, ScanKey keys)
+{
+	int			n = 0;
+
+	ScanKeyInit(&keys[n++], 1, BTEqualStrategyNumber, F_INT4EQ,
+				Int32GetDatum(lane->stream->stream_id));
+	if (lane->key != NULL)
+	{
+		ScanKeyInit(&keys[n], 2, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(lane->key));
+		keys[n++].sk_collation = C_COLLATION_OID;
+	}
+	ScanKeyInit(&keys[n], n + 1, BTGreaterEqualStrategyNumber, F_INT8GE, Int64GetDatum(from));
+	return n + 1;
+}
+
+/*
+ * Walk the lane's primary key from range_end in seq order with the given
+ * snapshot, releasing at most "limit" consecutive events, passing skipped
+ * runs and skipping what the gap policy allows.
  */
 static void
-walk_arrived(Oid heap_oid, Oid index_oid, ScanKey keys, int nkeys, bool per_key,
-			 int64 limit, Snapshot snapshot, ReleaseWalk *walk)
+walk_lane(Lane *lane, int64 limit, Snapshot snapshot)
 {
-	Relation	heap = table_open(heap_oid, AccessShareLock);
-	Relation	index = index_open(index_oid, AccessShareLock);
+	const OeRelations *rels = oe_relations();
+	Relation	heap = table_open(lane->key ? rels->key_events : rels->events, AccessShareLock);
+	Relation	index = index_open(lane->key ? rels->key_events_pkey : rels->events_pkey,
+								   AccessShareLock);
 	TupleTableSlot *slot = table_slot_create(heap, NULL);
+	ScanKeyData keys[3];
+	int			nkeys = lane_scankeys(lane, lane->range_end, keys);
 	IndexScanDesc scan = index_beginscan(heap, index, snapshot, nkeys, 0);
+	ListCell   *next_run = list_head(lane->runs);
+	bool		have;
+	int64		seq = 0;
+	bool		isnull;
+
+#define FETCH() \
+	((have = index_getnext_slot(scan, ForwardScanDirection, slot)) ? \
+	 (seq = DatumGetInt64(slot_getattr(slot, Anum_oe_events_seq, &isnull)), true) : false)
 
 	index_rescan(scan, keys, nkeys, NULL, 0);
-	while (walk->released < limit && !walk->last_event &&
-		   index_getnext_slot(scan, ForwardScanDirection, slot))
+	FETCH();
+	while (lane->released < limit && !lane->last_event)
 	{
-		bool		isnull;
-		int64		seq = DatumGetInt64(slot_getattr(slot, Anum_oe_events_seq, &isnull));
-		TimestampTz ts;
+		SkipRun    *run = NULL;
+		int64		gap_end;
+		int64		skip_end;
+		const char *reason = NULL;
 
 		CHECK_FOR_INTERRUPTS();
-		if (seq != walk->range_end)
+		while (next_run != NULL && ((SkipRun *) lfirst(next_run))->end < lane->range_end)
+			next_run = lnext(lane->runs, next_run);
+		if (next_run != NULL)
+			run = lfirst(next_run);
+
+		/* A skipped run: pass it, with any event that committed into it late. */
+		if (run != NULL && run->start <= lane->range_end)
 		{
-			walk->gap = true;
+			while (have && seq <= run->end)
+				FETCH();
+			lane->range_end = run->end + 1;
+			continue;
+		}
+
+		if (have && seq == lane->range_end)
+		{
+			TimestampTz ts = DatumGetTimestampTz(slot_getattr(slot, Anum_oe_events_event_ts,
+															  &isnull));
+
+			if (!lane->max_event_ts_valid || ts > lane->max_event_ts)
+			{
+				lane->max_event_ts = ts;
+				lane->max_event_ts_valid = true;
+			}
+			if (lane->key != NULL)
+				lane->last_event =
+					DatumGetBool(slot_getattr(slot, Anum_oe_key_events_last_event, &isnull));
+			lane->range_end++;
+			lane->released++;
+			FETCH();
+			continue;
+		}
+
+		if (!have)
+			break;				/* nothing arrived beyond: no gap */
+
+		/* range_end..gap_end is missing */
+		gap_end = seq - 1;
+		if (run != NULL && run->start <= gap_end)
+			gap_end = run->start - 1;
+		skip_end = policy_skip_end(lane, gap_end, snapshot, &reason);
+		if (skip_end == PG_INT64_MIN)
+		{
+			lane->gap = true;
 			break;
 		}
-		ts = DatumGetTimestampTz(slot_getattr(slot, Anum_oe_events_event_ts, &isnull));
-		if (!walk->max_event_ts_valid || ts > walk->max_event_ts)
+		else
 		{
-			walk->max_event_ts = ts;
-			walk->max_event_ts_valid = true;
+			SkipRun    *skip = palloc0(sizeof(SkipRun));
+
+			skip->start = lane->range_end;
+			skip->end = skip_end;
+			skip->reason = reason;
+			lane->new_runs = lappend(lane->new_runs, skip);
+			lane->skipped += skip_end - lane->range_end + 1;
+			lane->range_end = skip_end + 1;
 		}
-		if (per_key)
-			walk->last_event = DatumGetBool(slot_getattr(slot, Anum_oe_key_events_last_event,
-														 &isnull));
-		walk->range_end++;
-		walk->released++;
 	}
+#undef FETCH
 
 	index_endscan(scan);
 	ExecDropSingleTupleTableSlot(slot);
@@ -135,180 +547,183 @@ walk_arrived(Oid heap_oid, Oid index_oid, ScanKey keys, int nkeys, bool per_key,
 }
 
 /*
- * Lock the stream's progress row, which serialises release steps.  Returns
- * the row, or NULL if the stream was dropped since it was looked up.
+ * Settle the stream's skipped runs that a transaction open at the skip may
+ * still have written into; see the banner.  Runs this step adds come later.
  */
-static HeapTuple
-lock_progress(const OeStream *stream, TupleDesc *desc)
+static void
+settle_runs(const OeStream *stream)
 {
 	Datum		id = Int32GetDatum(stream->stream_id);
+	Snapshot	snapshot = RegisterSnapshot(GetLatestSnapshot());
+	Datum		values[4];
+	char		nulls[4] = {' ', ' ', ' ', ' '};
+	SPITupleTable *runs;
+	uint64		nruns;
 
-	if (lock_plan == NULL)
+	run_plan(PLAN_UNSETTLED, &id, NULL, SPI_OK_SELECT);
+	runs = SPI_tuptable;
+	nruns = SPI_processed;
+	for (uint64 i = 0; i < nruns; i++)
 	{
-		Oid			argtype = INT4OID;
+		HeapTuple	row = runs->vals[i];
+		bool		isnull;
+		bool		global;
+		Datum		ctid = SPI_getbinval(row, runs->tupdesc, 1, &isnull);
+		Datum		key = SPI_getbinval(row, runs->tupdesc, 2, &global);
+		FullTransactionId settle_xid =
+			FullTransactionIdFromU64(DatumGetInt64(SPI_getbinval(row, runs->tupdesc, 5, &isnull)));
 
-		lock_plan = prepare_kept(
-			"SELECT range_end, max_event_ts, gap_start "
-			"FROM ordered_events.stream_progress WHERE stream_id = $1 FOR UPDATE",
-			1, &argtype);
+		if (!no_xid_below(snapshot, settle_xid))
+			continue;
+		nulls[1] = global ? 'n' : ' ';
+		values[0] = id;
+		values[1] = key;
+		values[2] = SPI_getbinval(row, runs->tupdesc, 3, &isnull);
+		values[3] = SPI_getbinval(row, runs->tupdesc, 4, &isnull);
+		run_plan(PLAN_SETTLE_MOVE, values, nulls, SPI_OK_INSERT);
+		run_plan(PLAN_SETTLE_MARK, &ctid, NULL, SPI_OK_UPDATE);
 	}
-	execute(lock_plan, &id, NULL, SPI_OK_SELECT);
+	SPI_freetuptable(runs);
+	UnregisterSnapshot(snapshot);
+
+	values[0] = id;
+	values[1] = CStringGetTextDatum(next_xid_text());
+	run_plan(PLAN_SETTLE_START, values, NULL, SPI_OK_UPDATE);
+}
+
+/*
+ * Lock the stream's progress row, which serialises release steps, and
+ * refresh the stream's definition: a skip committed by the step before is
+ * seen now.  Returns false if the stream was dropped meanwhile.  Fills the
+ * global lane's state from the row.
+ */
+static bool
+lock_stream(OeStream *stream, Lane *lane)
+{
+	Datum		id = Int32GetDatum(stream->stream_id);
+	bool		isnull;
+	Datum		value;
+
+	run_plan(PLAN_LOCK, &id, NULL, SPI_OK_SELECT);
 	if (SPI_processed == 0)
-		return NULL;
-	*desc = SPI_tuptable->tupdesc;
-	return SPI_tuptable->vals[0];
+		return false;
+
+	memset(lane, 0, sizeof(*lane));
+	lane->stream = stream;
+	lane->range_end = DatumGetInt64(result_value(0, 1, &isnull));
+	lane->max_event_ts = DatumGetTimestampTz(result_value(0, 2, &isnull));
+	lane->max_event_ts_valid = !isnull;
+	value = result_value(0, 3, &isnull);
+	lane->seen_gap = isnull ? PG_INT64_MIN : DatumGetInt64(value);
+	value = result_value(0, 4, &isnull);
+	lane->seen_gap_expired = !isnull && DatumGetBool(value);
+	value = result_value(0, 5, &isnull);
+	lane->has_fence = !isnull;
+	if (!isnull)
+	{
+		lane->fence_seq = DatumGetInt64(value);
+		lane->fence_xid = FullTransactionIdFromU64(DatumGetInt64(result_value(0, 6, &isnull)));
+	}
+
+	AcceptInvalidationMessages();
+	return oe_lookup_stream(stream->name, stream);
+}
+
+/* Store what a step did to a global lane. */
+static void
+save_global_lane(Lane *lane)
+{
+	Datum		values[7];
+	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	bool		keep_fence = lane->gap && lane->has_fence;
+
+	values[0] = Int32GetDatum(lane->stream->stream_id);
+	values[1] = Int64GetDatum(lane->range_end);
+	values[2] = TimestampTzGetDatum(lane->max_event_ts);
+	nulls[2] = lane->max_event_ts_valid ? ' ' : 'n';
+	values[3] = BoolGetDatum(lane->gap);
+	values[4] = Int64GetDatum(lane->released);
+	values[5] = Int64GetDatum(lane->fence_seq);
+	values[6] = CStringGetTextDatum(psprintf(UINT64_FORMAT,
+											 U64FromFullTransactionId(lane->fence_xid)));
+	nulls[5] = nulls[6] = keep_fence ? ' ' : 'n';
+	run_plan(PLAN_ADVANCE, values, nulls, SPI_OK_UPDATE);
+
+	if (lane->released + lane->skipped > 0)
+	{
+		char		payload[NAMEDATALEN + 24];
+
+		values[1] = Int64GetDatum(lane->range_end - lane->released - lane->skipped);
+		values[2] = Int64GetDatum(lane->range_end);
+		run_plan(PLAN_LOG, values, NULL, SPI_OK_INSERT);
+
+		snprintf(payload, sizeof(payload), "%s:" INT64_FORMAT,
+				 lane->stream->name, lane->range_end);
+		Async_Notify("ordered_events", payload);
+	}
 }
 
 /* One release step of a global stream; see oe_release_stream(). */
 static int64
-release_global(const OeStream *stream)
+release_global(OeStream *stream)
 {
-	const OeRelations *rels = oe_relations();
-	ReleaseWalk walk;
-	ScanKeyData keys[2];
-	Snapshot	snapshot;
-	HeapTuple	progress;
-	TupleDesc	desc;
-	bool		isnull;
-	Datum		old_gap_start;
+	Lane		lane;
+	int64		start;
 	bool		gap_was_seen;
+	bool		fence_was_set;
 
-	progress = lock_progress(stream, &desc);
-	if (progress == NULL)
+	if (!lock_stream(stream, &lane))
 		return 0;
+	settle_runs(stream);
+	load_runs(&lane);
+	start = lane.range_end;
+	gap_was_seen = lane.seen_gap == lane.range_end;
+	fence_was_set = lane.has_fence;
 
-	memset(&walk, 0, sizeof(walk));
-	walk.range_end = DatumGetInt64(SPI_getbinval(progress, desc, 1, &isnull));
-	walk.max_event_ts = DatumGetTimestampTz(SPI_getbinval(progress, desc, 2, &isnull));
-	walk.max_event_ts_valid = !isnull;
-	old_gap_start = SPI_getbinval(progress, desc, 3, &isnull);
-	gap_was_seen = !isnull && DatumGetInt64(old_gap_start) == walk.range_end;
-
-	ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_INT4EQ,
-				Int32GetDatum(stream->stream_id));
-	ScanKeyInit(&keys[1], 2, BTGreaterEqualStrategyNumber, F_INT8GE,
-				Int64GetDatum(walk.range_end));
-
-	/* The snapshot is taken after the lock: it sees the previous step. */
-	snapshot = RegisterSnapshot(GetLatestSnapshot());
-	walk_arrived(rels->events, rels->events_pkey, keys, 2, false,
-				 stream->max_release_batch, snapshot, &walk);
-	UnregisterSnapshot(snapshot);
-
-	/* Write only when the range moved or a new gap came into view. */
-	if (walk.released > 0 || (walk.gap && !gap_was_seen))
+	/*
+	 * Walk with a snapshot taken after the lock, so that it sees the
+	 * previous step.  A fence read during the walk needs a snapshot taken
+	 * after it: walk on once more with a new one.
+	 */
+	for (int attempt = 0; attempt < 2; attempt++)
 	{
-		Datum		args[4];
-		char		nulls[4] = {' ', ' ', ' ', ' '};
+		Snapshot	snapshot = RegisterSnapshot(GetLatestSnapshot());
 
-		if (advance_plan == NULL)
-		{
-			Oid			argtypes[4] = {INT4OID, INT8OID, TIMESTAMPTZOID, BOOLOID};
-
-			advance_plan = prepare_kept(
-				"UPDATE ordered_events.stream_progress SET "
-				"released_count = released_count + ($2 - range_end), "
-				"range_end = $2, "
-				"max_event_ts = $3, "
-				"updated_at = CASE WHEN $2 > range_end THEN clock_timestamp() "
-				"  ELSE updated_at END, "
-				"gap_first_seen = CASE WHEN NOT $4 THEN NULL "
-				"  WHEN gap_start IS DISTINCT FROM $2 THEN clock_timestamp() "
-				"  ELSE gap_first_seen END, "
-				"gap_start = CASE WHEN $4 THEN $2 END "
-				"WHERE stream_id = $1",
-				4, argtypes);
-		}
-		args[0] = Int32GetDatum(stream->stream_id);
-		args[1] = Int64GetDatum(walk.range_end);
-		args[2] = TimestampTzGetDatum(walk.max_event_ts);
-		if (!walk.max_event_ts_valid)
-			nulls[2] = 'n';
-		args[3] = BoolGetDatum(walk.gap);
-		execute(advance_plan, args, nulls, SPI_OK_UPDATE);
+		lane.gap = false;
+		walk_lane(&lane, stream->max_release_batch, snapshot);
+		UnregisterSnapshot(snapshot);
+		if (!(lane.gap && lane.fence_recorded && attempt == 0))
+			break;
 	}
 
-	if (walk.released > 0)
-	{
-		Datum		args[3];
-		char		payload[NAMEDATALEN + 24];
-
-		if (log_plan == NULL)
-		{
-			Oid			argtypes[3] = {INT4OID, INT8OID, INT8OID};
-
-			log_plan = prepare_kept(
-				"INSERT INTO ordered_events.release_log "
-				"(stream_id, seq_start, seq_end, released_at) "
-				"VALUES ($1, $2, $3, clock_timestamp())",
-				3, argtypes);
-		}
-		args[0] = Int32GetDatum(stream->stream_id);
-		args[1] = Int64GetDatum(walk.range_end - walk.released);
-		args[2] = Int64GetDatum(walk.range_end);
-		execute(log_plan, args, NULL, SPI_OK_INSERT);
-
-		snprintf(payload, sizeof(payload), "%s:" INT64_FORMAT, stream->name, walk.range_end);
-		Async_Notify("ordered_events", payload);
-	}
-	return walk.released;
+	add_runs(&lane);
+	/* Write only when something changed. */
+	if (lane.range_end != start || lane.fence_recorded || (lane.gap && !gap_was_seen) ||
+		(!lane.gap && (lane.seen_gap != PG_INT64_MIN || fence_was_set)))
+		save_global_lane(&lane);
+	return lane.released;
 }
 
 /*
- * Take (delete) up to "limit" arrivals of a per-key stream, oldest first.
- * Returns the distinct keys, copied into the SPI procedure context.
+ * Take (delete) up to "limit" arrivals of a per-key stream, oldest first,
+ * and add the keys whose gap a timeout may skip.  Returns the distinct keys.
  */
 static List *
-take_arrivals(const OeStream *stream, int64 limit)
+keys_to_visit(const OeStream *stream, int64 limit)
 {
-	Datum		args[2];
+	Datum		values[2];
 	List	   *keys = NIL;
 
-	if (take_arrivals_plan == NULL)
-	{
-		Oid			argtypes[2] = {INT4OID, INT8OID};
-
-		take_arrivals_plan = prepare_kept(
-			"WITH taken AS ("
-			"  DELETE FROM ordered_events.key_arrivals WHERE ctid = ANY (ARRAY("
-			"    SELECT ctid FROM ordered_events.key_arrivals "
-			"    WHERE stream_id = $1 ORDER BY arrived_at LIMIT $2)) "
-			"  RETURNING key) "
-			"SELECT DISTINCT key FROM taken ORDER BY key",
-			2, argtypes);
-	}
-	args[0] = Int32GetDatum(stream->stream_id);
-	args[1] = Int64GetDatum(limit);
-	execute(take_arrivals_plan, args, NULL, SPI_OK_SELECT);
-
+	values[0] = Int32GetDatum(stream->stream_id);
+	values[1] = Int64GetDatum(limit);
+	run_plan(PLAN_TAKE_ARRIVALS, values, NULL, SPI_OK_SELECT);
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{
 		bool		isnull;
-		Datum		key = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull);
 
-		keys = lappend(keys, DatumGetTextPCopy(key));
+		keys = lappend(keys, DatumGetTextPCopy(result_value(i, 1, &isnull)));
 	}
 	return keys;
-}
-
-/* Note a key again so that the next step looks at it. */
-static void
-add_arrival(const OeStream *stream, text *key)
-{
-	Datum		args[2];
-
-	if (arrival_plan == NULL)
-	{
-		Oid			argtypes[2] = {INT4OID, TEXTOID};
-
-		arrival_plan = prepare_kept(
-			"INSERT INTO ordered_events.key_arrivals (stream_id, key, arrived_at) "
-			"VALUES ($1, $2, now())",
-			2, argtypes);
-	}
-	args[0] = Int32GetDatum(stream->stream_id);
-	args[1] = PointerGetDatum(key);
-	execute(arrival_plan, args, NULL, SPI_OK_INSERT);
 }
 
 /*
@@ -316,135 +731,92 @@ add_arrival(const OeStream *stream, text *key)
  * events.  Returns the number released; *more is set if the key may have
  * more to release right away.
  */
-static int64
-release_key(const OeStream *stream, text *key, int64 limit, Snapshot snapshot, bool *more)
+/* Load the state of one key of a per-key stream into a lane. */
+static void
+load_key_lane(OeStream *stream, text *key, Lane *lane)
 {
-	const OeRelations *rels = oe_relations();
-	Datum		args[5];
-	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
-	ReleaseWalk walk;
-	ScanKeyData keys[3];
+	Datum		values[2];
 	bool		isnull;
-	bool		gap_was_seen = false;
 
-	if (key_progress_plan == NULL)
-	{
-		Oid			argtypes[2] = {INT4OID, TEXTOID};
+	memset(lane, 0, sizeof(*lane));
+	lane->stream = stream;
+	lane->key = key;
+	lane->range_end = stream->initial_sequence;
+	lane->seen_gap = PG_INT64_MIN;
 
-		key_progress_plan = prepare_kept(
-			"SELECT range_end, gap_start FROM ordered_events.key_progress "
-			"WHERE stream_id = $1 AND key = $2",
-			2, argtypes);
-	}
-	args[0] = Int32GetDatum(stream->stream_id);
-	args[1] = PointerGetDatum(key);
-	execute(key_progress_plan, args, NULL, SPI_OK_SELECT);
-
-	memset(&walk, 0, sizeof(walk));
-	walk.range_end = stream->initial_sequence;
+	values[0] = Int32GetDatum(stream->stream_id);
+	values[1] = PointerGetDatum(key);
+	run_plan(PLAN_KEY_PROGRESS, values, NULL, SPI_OK_SELECT);
 	if (SPI_processed == 1)
 	{
-		HeapTuple	row = SPI_tuptable->vals[0];
-		Datum		gap_start;
+		Datum		value;
 
-		walk.range_end = DatumGetInt64(SPI_getbinval(row, SPI_tuptable->tupdesc, 1, &isnull));
-		gap_start = SPI_getbinval(row, SPI_tuptable->tupdesc, 2, &isnull);
-		gap_was_seen = !isnull && DatumGetInt64(gap_start) == walk.range_end;
+		lane->range_end = DatumGetInt64(result_value(0, 1, &isnull));
+		value = result_value(0, 2, &isnull);
+		lane->seen_gap = isnull ? PG_INT64_MIN : DatumGetInt64(value);
+		value = result_value(0, 3, &isnull);
+		lane->seen_gap_expired = !isnull && DatumGetBool(value);
 	}
+	load_runs(lane);
+}
 
-	ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_INT4EQ,
-				Int32GetDatum(stream->stream_id));
-	ScanKeyInit(&keys[1], 2, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(key));
-	keys[1].sk_collation = C_COLLATION_OID;
-	ScanKeyInit(&keys[2], 3, BTGreaterEqualStrategyNumber, F_INT8GE,
-				Int64GetDatum(walk.range_end));
-	walk_arrived(rels->key_events, rels->key_events_pkey, keys, 3, true,
-				 limit, snapshot, &walk);
+static int64
+release_key(OeStream *stream, text *key, int64 limit, Snapshot snapshot, bool *more)
+{
+	Datum		values[5];
+	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
+	Lane		lane;
+	int64		start;
+	bool		gap_was_seen;
 
-	*more = (walk.released == limit && !walk.gap && !walk.last_event);
-	if (walk.released == 0 && (!walk.gap || gap_was_seen))
-		return 0;
+	load_key_lane(stream, key, &lane);
+	start = lane.range_end;
+	gap_was_seen = lane.seen_gap == lane.range_end;
+	walk_lane(&lane, limit, snapshot);
+	add_runs(&lane);
 
-	if (advance_key_plan == NULL)
+	*more = (lane.released == limit && !lane.gap && !lane.last_event);
+	if (lane.range_end == start && (!lane.gap || gap_was_seen) &&
+		(lane.gap || lane.seen_gap == PG_INT64_MIN))
+		return 0;				/* nothing changed */
+
+	values[0] = Int32GetDatum(stream->stream_id);
+	values[1] = PointerGetDatum(key);
+	values[2] = Int64GetDatum(lane.range_end);
+	values[3] = Int64GetDatum(lane.released);
+	values[4] = BoolGetDatum(lane.gap);
+	run_plan(PLAN_ADVANCE_KEY, values, nulls, SPI_OK_INSERT);
+
+	if (lane.range_end != start)
 	{
-		Oid			argtypes[5] = {INT4OID, TEXTOID, INT8OID, INT8OID, BOOLOID};
-
-		advance_key_plan = prepare_kept(
-			"INSERT INTO ordered_events.key_progress AS k "
-			"(stream_id, key, range_end, released_count, gap_start, gap_first_seen, updated_at) "
-			"VALUES ($1, $2, $3, $4, CASE WHEN $5 THEN $3 END, "
-			"  CASE WHEN $5 THEN clock_timestamp() END, clock_timestamp()) "
-			"ON CONFLICT (stream_id, key) DO UPDATE SET "
-			"released_count = k.released_count + $4, "
-			"range_end = $3, "
-			"updated_at = CASE WHEN $4 > 0 THEN clock_timestamp() ELSE k.updated_at END, "
-			"gap_first_seen = CASE WHEN NOT $5 THEN NULL "
-			"  WHEN k.gap_start IS DISTINCT FROM $3 THEN clock_timestamp() "
-			"  ELSE k.gap_first_seen END, "
-			"gap_start = CASE WHEN $5 THEN $3 END",
-			5, argtypes);
-	}
-	args[2] = Int64GetDatum(walk.range_end);
-	args[3] = Int64GetDatum(walk.released);
-	args[4] = BoolGetDatum(walk.gap);
-	execute(advance_key_plan, args, nulls, SPI_OK_INSERT);
-
-	if (walk.released > 0)
-	{
-		if (log_key_plan == NULL)
-		{
-			Oid			argtypes[4] = {INT4OID, TEXTOID, INT8OID, INT8OID};
-
-			log_key_plan = prepare_kept(
-				"INSERT INTO ordered_events.key_release_log "
-				"(stream_id, key, seq_start, seq_end, released_at) "
-				"VALUES ($1, $2, $3, $4, clock_timestamp())",
-				4, argtypes);
-		}
-		args[2] = Int64GetDatum(walk.range_end - walk.released);
-		args[3] = Int64GetDatum(walk.range_end);
-		execute(log_key_plan, args, NULL, SPI_OK_INSERT);
+		values[2] = Int64GetDatum(start);
+		values[3] = Int64GetDatum(lane.range_end);
+		run_plan(PLAN_LOG_KEY, values, NULL, SPI_OK_INSERT);
 	}
 
 	/* The key is complete: what waits beyond its last event never will be released. */
-	if (walk.last_event)
+	if (lane.last_event)
 	{
-		if (reject_after_last_plan == NULL)
-		{
-			Oid			argtypes[3] = {INT4OID, TEXTOID, INT8OID};
-
-			reject_after_last_plan = prepare_kept(
-				"WITH rejected AS ("
-				"  DELETE FROM ordered_events.key_events "
-				"  WHERE stream_id = $1 AND key = $2 AND seq >= $3 "
-				"  RETURNING seq, key, payload, event_ts, received_at) "
-				"INSERT INTO ordered_events.unprocessed "
-				"(stream, seq, key, payload, event_ts, reason, detail, received_at) "
-				"SELECT d.stream, r.seq, r.key, r.payload, r.event_ts, 'after_last_event', "
-				"  'The last event of this key is seq ' || ($3 - 1) || '.', r.received_at "
-				"FROM rejected r, ordered_events.stream_def d WHERE d.stream_id = $1",
-				3, argtypes);
-		}
-		args[2] = Int64GetDatum(walk.range_end);
-		execute(reject_after_last_plan, args, NULL, SPI_OK_INSERT);
+		values[2] = Int64GetDatum(lane.range_end);
+		run_plan(PLAN_AFTER_LAST, values, NULL, SPI_OK_INSERT);
 	}
-	return walk.released;
+	return lane.released;
 }
 
 /* One release step of a per-key stream; see oe_release_stream(). */
 static int64
-release_per_key(const OeStream *stream)
+release_per_key(OeStream *stream)
 {
+	Lane		stream_lane;
 	List	   *keys;
 	ListCell   *lc;
 	Snapshot	snapshot;
 	int64		released = 0;
-	TupleDesc	desc;
 
-	if (lock_progress(stream, &desc) == NULL)
+	if (!lock_stream(stream, &stream_lane))
 		return 0;
-
-	keys = take_arrivals(stream, stream->max_release_batch);
+	settle_runs(stream);
+	keys = keys_to_visit(stream, stream->max_release_batch);
 
 	/* Taken after the arrivals: it sees the events of every key taken. */
 	snapshot = RegisterSnapshot(GetLatestSnapshot());
@@ -459,7 +831,11 @@ release_per_key(const OeStream *stream)
 		else
 			more = true;		/* out of budget: look at it next step */
 		if (more)
-			add_arrival(stream, key);
+		{
+			Datum		values[2] = {Int32GetDatum(stream->stream_id), PointerGetDatum(key)};
+
+			run_plan(PLAN_ADD_ARRIVAL, values, NULL, SPI_OK_INSERT);
+		}
 	}
 	UnregisterSnapshot(snapshot);
 
@@ -470,17 +846,18 @@ release_per_key(const OeStream *stream)
 
 /*
  * One release step for a stream: advance its range (or its keys' ranges)
- * over the arrived events, at most max_release_batch of them, and note the
- * gap where it stops.  Returns the number of events released.  Runs in the
- * caller's transaction.
+ * over the arrived events, at most max_release_batch of them, skip what its
+ * gap policy allows, and note the gap where it stops.  Returns the number of
+ * events released.  Runs in the caller's transaction.
  */
 int64
 oe_release_stream(const OeStream *stream)
 {
+	OeStream	current = *stream;
 	int64		released;
 
 	SPI_connect();
-	released = stream->per_key ? release_per_key(stream) : release_global(stream);
+	released = current.per_key ? release_per_key(&current) : release_global(&current);
 	SPI_finish();
 	return released;
 }
@@ -512,4 +889,177 @@ oe_release(PG_FUNCTION_ARGS)
 		list_free_deep(streams);
 	}
 	PG_RETURN_INT64(released);
+}
+
+/*
+ * Add to the lane's new runs the seqs of from..to that are not in a skipped
+ * run yet.
+ */
+static void
+declare_missing(Lane *lane, int64 from, int64 to, const char *reason)
+{
+	ListCell   *lc;
+
+	foreach(lc, lane->runs)
+	{
+		SkipRun    *run = lfirst(lc);
+
+		if (from > to)
+			return;
+		if (run->end < from || run->start > to)
+			continue;
+		if (run->start > from)
+			declare_missing(lane, from, run->start - 1, reason);
+		from = run->end + 1;
+	}
+	if (from <= to)
+	{
+		SkipRun    *skip = palloc0(sizeof(SkipRun));
+
+		skip->start = from;
+		skip->end = to;
+		skip->reason = reason;
+		lane->new_runs = lappend(lane->new_runs, skip);
+		lane->skipped += to - from + 1;
+	}
+}
+
+/*
+ * Declare every seq of the lane from range_end through "through" that has
+ * not arrived (in the snapshot) lost.  Returns how many were declared.
+ */
+static int64
+declare_lost(Lane *lane, int64 through, const char *reason, Snapshot snapshot)
+{
+	const OeRelations *rels = oe_relations();
+	Relation	heap = table_open(lane->key ? rels->key_events : rels->events, AccessShareLock);
+	Relation	index = index_open(lane->key ? rels->key_events_pkey : rels->events_pkey,
+								   AccessShareLock);
+	TupleTableSlot *slot = table_slot_create(heap, NULL);
+	ScanKeyData keys[3];
+	int			nkeys = lane_scankeys(lane, lane->range_end, keys);
+	IndexScanDesc scan = index_beginscan(heap, index, snapshot, nkeys, 0);
+	int64		pos = lane->range_end;
+
+	index_rescan(scan, keys, nkeys, NULL, 0);
+	while (pos <= through && index_getnext_slot(scan, ForwardScanDirection, slot))
+	{
+		bool		isnull;
+		int64		seq = DatumGetInt64(slot_getattr(slot, Anum_oe_events_seq, &isnull));
+
+		CHECK_FOR_INTERRUPTS();
+		if (seq > pos)
+			declare_missing(lane, pos, Min(seq - 1, through), reason);
+		pos = seq + 1;
+	}
+	if (pos <= through)
+		declare_missing(lane, pos, through, reason);
+
+	index_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+	index_close(index, AccessShareLock);
+	table_close(heap, AccessShareLock);
+	return lane->skipped;
+}
+
+/*
+ * skip_gap(stream, through_seq, reason, key DEFAULT NULL) returns bigint
+ *
+ * Operator override: every missing seq of the stream (or of the key of a
+ * per-key stream) up to through_seq is declared lost and recorded in the
+ * ledger; then a release step releases what that unblocks.  Returns the
+ * number of seqs skipped.
+ */
+PG_FUNCTION_INFO_V1(oe_skip_gap);
+Datum
+oe_skip_gap(PG_FUNCTION_ARGS)
+{
+	OeStream	stream;
+	text	   *key;
+	int64		through;
+	char	   *reason;
+	Lane		lane;
+	Snapshot	snapshot;
+	int64		skipped;
+
+	if (PG_ARGISNULL(0))
+		oe_error_null_argument("stream");
+	if (PG_ARGISNULL(1))
+		oe_error_null_argument("through_seq");
+	if (PG_ARGISNULL(2) || VARSIZE_ANY_EXHDR(PG_GETARG_TEXT_PP(2)) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("reason must not be empty"),
+				 errhint("Say why the seqs are lost; skipped_gaps keeps the reason.")));
+
+	stream = oe_stream_or_error(PG_GETARG_TEXT_PP(0));
+	through = PG_GETARG_INT64(1);
+	reason = text_to_cstring(PG_GETARG_TEXT_PP(2));
+	key = PG_ARGISNULL(3) ? NULL : PG_GETARG_TEXT_PP(3);
+
+	if (stream.per_key && key == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("key must not be null for per-key stream \"%s\"", stream.name),
+				 errhint("Name the key whose gap to skip: skip_gap(stream, through_seq, reason, key).")));
+	if (!stream.per_key && key != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("key is only valid for per-key streams"),
+				 errdetail("Stream \"%s\" has global sequencing.", stream.name),
+				 errhint("Leave key NULL: a global stream has one sequence.")));
+	if (through == PG_INT64_MAX)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("through_seq must be below 9223372036854775807"),
+				 errhint("That seq has no successor, so no event can follow it.")));
+
+	SPI_connect();
+	if (!lock_stream(&stream, &lane))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("stream \"%s\" does not exist", stream.name),
+				 errhint("It was dropped while skip_gap() waited for it.")));
+	if (stream.per_key)
+		load_key_lane(&stream, key, &lane);
+	else
+		load_runs(&lane);
+
+	snapshot = RegisterSnapshot(GetLatestSnapshot());
+	skipped = declare_lost(&lane, through, reason, snapshot);
+	UnregisterSnapshot(snapshot);
+	add_runs(&lane);
+
+	/* append() must not hand out a seq that is now skipped. */
+	if (stream.gap_policy == OE_GAP_FENCE && skipped > 0)
+	{
+		Datum		values[2] = {ObjectIdGetDatum(stream.fence_seq), Int64GetDatum(through)};
+		Oid			argtypes[2] = {REGCLASSOID, INT8OID};
+
+		if (SPI_execute_with_args("SELECT pg_catalog.setval($1, $2) "
+								  "WHERE $2 > coalesce(pg_catalog.pg_sequence_last_value($1), $2 - 1)",
+								  2, argtypes, values, NULL, false, 0) != SPI_OK_SELECT)
+			elog(ERROR, "moving the fence sequence of stream \"%s\" failed", stream.name);
+	}
+
+	/* Release what the skip unblocks: the step sees the new runs. */
+	stream.skipped_through = Max(stream.skipped_through, through);
+	if (stream.per_key)
+	{
+		bool		more;
+
+		snapshot = RegisterSnapshot(GetLatestSnapshot());
+		(void) release_key(&stream, key, stream.max_release_batch, snapshot, &more);
+		UnregisterSnapshot(snapshot);
+		if (more)
+		{
+			Datum		values[2] = {Int32GetDatum(stream.stream_id), PointerGetDatum(key)};
+
+			run_plan(PLAN_ADD_ARRIVAL, values, NULL, SPI_OK_INSERT);
+		}
+	}
+	else
+		(void) release_global(&stream);
+	SPI_finish();
+	PG_RETURN_INT64(skipped);
 }

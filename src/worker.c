@@ -393,11 +393,9 @@ check_extension_version(void)
 }
 
 /*
- * The streams that need a release step: global streams whose event at
- * range_end has arrived or with a gap no step has seen yet (its first_seen
- * starts then), per-key streams with keys that received events.  The stream
- * whose oldest such event waited longest comes first.
- * Returns stream names, allocated in result_context.
+ * The streams that need a release step (see streams_with_work() in the
+ * install script), the longest waiting first.  Returns stream names,
+ * allocated in result_context.
  */
 static List *
 streams_with_work(MemoryContext result_context)
@@ -405,23 +403,8 @@ streams_with_work(MemoryContext result_context)
 	List	   *names = NIL;
 
 	SPI_connect();
-	if (SPI_execute("SELECT d.stream "
-					"FROM ordered_events.stream_def d "
-					"JOIN ordered_events.stream_progress p USING (stream_id) "
-					"CROSS JOIN LATERAL ("
-					"  (SELECT e.seq = p.range_end "
-					"          OR p.gap_start IS DISTINCT FROM p.range_end AS needed, "
-					"          e.received_at AS since "
-					"   FROM ordered_events.events e "
-					"   WHERE d.sequencing = 'global' "
-					"     AND e.stream_id = p.stream_id AND e.seq >= p.range_end "
-					"   ORDER BY e.seq LIMIT 1) "
-					"  UNION ALL "
-					"  (SELECT true, a.arrived_at FROM ordered_events.key_arrivals a "
-					"   WHERE d.sequencing = 'per_key' AND a.stream_id = p.stream_id "
-					"   ORDER BY a.arrived_at LIMIT 1)) w "
-					"WHERE w.needed "
-					"ORDER BY w.since, d.stream", true, 0) != SPI_OK_SELECT)
+	if (SPI_execute("SELECT stream FROM ordered_events.streams_with_work()",
+					true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "listing the streams with work failed");
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{

@@ -61,6 +61,10 @@ $node->safe_psql('app', q{
 });
 $node->safe_psql('app', "SELECT ordered_events.ingest('a', 2, 'k')");
 
+is( $node->safe_psql('postgres', qq{
+	SELECT count(*) FROM pg_stat_activity WHERE pid = $app_pid AND datname = 'app'}),
+	'1', 'the app worker is connected to app');
+
 my $log_offset = -s $node->logfile;
 my $t0 = time;
 my ($ret, $stdout, $stderr) = $node->psql('postgres', 'DROP DATABASE app');
