@@ -27,8 +27,8 @@
  * An event whose transaction was open while its seq was skipped may commit
  * afterwards.  The views never release it; "settling" moves it to
  * unprocessed: a run gets settle_xid (the next xid) from the first step
- * after the skip committed, and once no xid below it runs, no transaction
- * that missed the skip can still add to the run.  Later arrivals are
+ * after the skip committed, and once no xid below it runs (possibly in that
+ * same step), no transaction that missed the skip can still add to the run.  Later arrivals are
  * rejected at ingest (the stream cache knows the highest skipped seq).
  *
  * Concurrency: a step first locks the stream's stream_progress row, then
@@ -157,9 +157,8 @@ static const char *const plan_sql[] = {
 	"VALUES ($1, $2, $3, $4, $5, clock_timestamp())",
 
 	[PLAN_UNSETTLED] =
-	"SELECT ctid, key, gap_start, gap_end, settle_xid::text::bigint "
-	"FROM ordered_events.gap_skips "
-	"WHERE stream_id = $1 AND NOT settled AND settle_xid IS NOT NULL",
+	"SELECT ctid, key, gap_start, gap_end, settle_xid::text::bigint, xmin "
+	"FROM ordered_events.gap_skips WHERE stream_id = $1 AND NOT settled",
 
 	[PLAN_SETTLE_MOVE] =
 	"WITH late AS ("
@@ -181,8 +180,7 @@ static const char *const plan_sql[] = {
 	"UPDATE ordered_events.gap_skips SET settled = true WHERE ctid = $1",
 
 	[PLAN_SETTLE_START] =
-	"UPDATE ordered_events.gap_skips SET settle_xid = $2::text::xid8 "
-	"WHERE stream_id = $1 AND NOT settled AND settle_xid IS NULL",
+	"UPDATE ordered_events.gap_skips SET settle_xid = $2::text::xid8 WHERE ctid = $1",
 
 	[PLAN_FENCE_SEQ] =
 	"SELECT pg_catalog.pg_sequence_last_value($1)",
@@ -253,7 +251,7 @@ static const Oid plan_argtypes[][7] = {
 	[PLAN_UNSETTLED] = {INT4OID},
 	[PLAN_SETTLE_MOVE] = {INT4OID, TEXTOID, INT8OID, INT8OID},
 	[PLAN_SETTLE_MARK] = {TIDOID},
-	[PLAN_SETTLE_START] = {INT4OID, TEXTOID},
+	[PLAN_SETTLE_START] = {TIDOID, TEXTOID},
 	[PLAN_FENCE_SEQ] = {REGCLASSOID},
 	[PLAN_TAKE_ARRIVALS] = {INT4OID, INT8OID},
 	[PLAN_ADD_ARRIVAL] = {INT4OID, TEXTOID},
@@ -321,12 +319,6 @@ no_xid_below(Snapshot snapshot, FullTransactionId xid)
 		if (snapshot->xip[i] != mine && TransactionIdPrecedes(snapshot->xip[i], limit))
 			return false;
 	return true;
-}
-
-static char *
-next_xid_text(void)
-{
-	return psprintf(UINT64_FORMAT, U64FromFullTransactionId(ReadNextFullTransactionId()));
 }
 
 /* Load the lane's skipped runs that end at or after its range_end. */
@@ -548,47 +540,67 @@ walk_lane(Lane *lane, int64 limit, Snapshot snapshot)
 
 /*
  * Settle the stream's skipped runs that a transaction open at the skip may
- * still have written into; see the banner.  Runs this step adds come later.
+ * still have written into; see the banner.  A run gets its settle_xid from
+ * the first step of another transaction after the skip (the skip has sent
+ * its invalidations by then), and is settled as soon as no transaction
+ * older than that runs.
  */
 static void
 settle_runs(const OeStream *stream)
 {
 	Datum		id = Int32GetDatum(stream->stream_id);
-	Snapshot	snapshot = RegisterSnapshot(GetLatestSnapshot());
-	Datum		values[4];
-	char		nulls[4] = {' ', ' ', ' ', ' '};
+	FullTransactionId next_xid;
+	Snapshot	snapshot;
 	SPITupleTable *runs;
 	uint64		nruns;
 
 	run_plan(PLAN_UNSETTLED, &id, NULL, SPI_OK_SELECT);
 	runs = SPI_tuptable;
 	nruns = SPI_processed;
+	if (nruns == 0)
+		return;
+
+	/* The next xid first, then the snapshot that must not show older ones. */
+	next_xid = ReadNextFullTransactionId();
+	snapshot = RegisterSnapshot(GetLatestSnapshot());
 	for (uint64 i = 0; i < nruns; i++)
 	{
 		HeapTuple	row = runs->vals[i];
+		TupleDesc	desc = runs->tupdesc;
 		bool		isnull;
 		bool		global;
-		Datum		ctid = SPI_getbinval(row, runs->tupdesc, 1, &isnull);
-		Datum		key = SPI_getbinval(row, runs->tupdesc, 2, &global);
-		FullTransactionId settle_xid =
-			FullTransactionIdFromU64(DatumGetInt64(SPI_getbinval(row, runs->tupdesc, 5, &isnull)));
+		Datum		ctid = SPI_getbinval(row, desc, 1, &isnull);
+		Datum		values[4];
+		char		nulls[4] = {' ', ' ', ' ', ' '};
+		Datum		settle = SPI_getbinval(row, desc, 5, &isnull);
+		FullTransactionId settle_xid;
 
+		if (TransactionIdIsCurrentTransactionId(DatumGetTransactionId(SPI_getbinval(row, desc, 6,
+																					&global))))
+			continue;			/* skipped by this transaction: not yet */
+		if (isnull)
+		{
+			settle_xid = next_xid;
+			values[0] = ctid;
+			values[1] = CStringGetTextDatum(psprintf(UINT64_FORMAT,
+													 U64FromFullTransactionId(next_xid)));
+			run_plan(PLAN_SETTLE_START, values, NULL, SPI_OK_UPDATE);
+		}
+		else
+			settle_xid = FullTransactionIdFromU64(DatumGetInt64(settle));
 		if (!no_xid_below(snapshot, settle_xid))
 			continue;
-		nulls[1] = global ? 'n' : ' ';
+
 		values[0] = id;
-		values[1] = key;
-		values[2] = SPI_getbinval(row, runs->tupdesc, 3, &isnull);
-		values[3] = SPI_getbinval(row, runs->tupdesc, 4, &isnull);
+		values[1] = SPI_getbinval(row, desc, 2, &global);
+		nulls[1] = global ? 'n' : ' ';
+		values[2] = SPI_getbinval(row, desc, 3, &isnull);
+		values[3] = SPI_getbinval(row, desc, 4, &isnull);
 		run_plan(PLAN_SETTLE_MOVE, values, nulls, SPI_OK_INSERT);
 		run_plan(PLAN_SETTLE_MARK, &ctid, NULL, SPI_OK_UPDATE);
 	}
-	SPI_freetuptable(runs);
 	UnregisterSnapshot(snapshot);
-
-	values[0] = id;
-	values[1] = CStringGetTextDatum(next_xid_text());
-	run_plan(PLAN_SETTLE_START, values, NULL, SPI_OK_UPDATE);
+	SPI_freetuptable(runs);
 }
 
 /*
