@@ -95,6 +95,7 @@ CREATE TABLE ordered_events.key_progress (
     key text COLLATE "C" NOT NULL,
     range_end bigint NOT NULL,      -- first seq of the key not released
     released_count bigint NOT NULL,
+    last_event_seq bigint,          -- the key is complete: its last event
     gap_start bigint,
     gap_first_seen timestamptz,
     updated_at timestamptz NOT NULL,

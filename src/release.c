@@ -95,9 +95,9 @@ typedef struct Lane
 	bool		gap;			/* stopped at a missing seq, a later one arrived */
 	bool		fence_recorded; /* read a new fence */
 	bool		last_event;		/* passed the key's last event */
+	bool		completed;		/* a step passed the key's last event before */
+	bool		more;			/* stopped by the limit at a releasable event */
 } Lane;
-
-static SPIPlanPtr plans[16];
 
 enum
 {
@@ -112,12 +112,16 @@ enum
 	PLAN_SETTLE_START,
 	PLAN_FENCE_SEQ,
 	PLAN_TAKE_ARRIVALS,
+	PLAN_EXPIRED_KEYS,
 	PLAN_ADD_ARRIVAL,
 	PLAN_KEY_PROGRESS,
 	PLAN_ADVANCE_KEY,
 	PLAN_LOG_KEY,
-	PLAN_AFTER_LAST
+	PLAN_AFTER_LAST,
+	NUM_PLANS
 };
+
+static SPIPlanPtr plans[NUM_PLANS];
 
 static const char *const plan_sql[] = {
 	[PLAN_LOCK] =
@@ -191,14 +195,14 @@ static const char *const plan_sql[] = {
 	"    SELECT ctid FROM ordered_events.key_arrivals "
 	"    WHERE stream_id = $1 ORDER BY arrived_at LIMIT $2)) "
 	"  RETURNING key) "
-	"SELECT key FROM taken "
-	"UNION "
-	"(SELECT key FROM ordered_events.key_progress k "
-	"  JOIN ordered_events.stream_def d ON d.stream_id = k.stream_id "
-	"  WHERE k.stream_id = $1 AND k.gap_start IS NOT NULL "
-	"    AND k.gap_first_seen <= clock_timestamp() - d.gap_timeout "
-	"  ORDER BY k.gap_first_seen LIMIT $2) "
-	"ORDER BY key",
+	"SELECT DISTINCT key FROM taken ORDER BY key",
+
+	[PLAN_EXPIRED_KEYS] =
+	"SELECT key FROM ordered_events.key_progress k "
+	"JOIN ordered_events.stream_def d ON d.stream_id = k.stream_id "
+	"WHERE k.stream_id = $1 AND k.gap_start IS NOT NULL "
+	"  AND k.gap_first_seen <= clock_timestamp() - d.gap_timeout "
+	"ORDER BY k.gap_first_seen LIMIT $2",
 
 	[PLAN_ADD_ARRIVAL] =
 	"INSERT INTO ordered_events.key_arrivals (stream_id, key, arrived_at) "
@@ -206,18 +210,20 @@ static const char *const plan_sql[] = {
 
 	[PLAN_KEY_PROGRESS] =
 	"SELECT k.range_end, k.gap_start, "
-	"  k.gap_first_seen + d.gap_timeout <= clock_timestamp() "
+	"  k.gap_first_seen + d.gap_timeout <= clock_timestamp(), k.last_event_seq "
 	"FROM ordered_events.key_progress k "
 	"JOIN ordered_events.stream_def d ON d.stream_id = k.stream_id "
 	"WHERE k.stream_id = $1 AND k.key = $2",
 
 	[PLAN_ADVANCE_KEY] =
 	"INSERT INTO ordered_events.key_progress AS k "
-	"(stream_id, key, range_end, released_count, gap_start, gap_first_seen, updated_at) "
-	"VALUES ($1, $2, $3, $4, CASE WHEN $5 THEN $3 END, "
+	"(stream_id, key, range_end, released_count, last_event_seq, "
+	" gap_start, gap_first_seen, updated_at) "
+	"VALUES ($1, $2, $3, $4, $6, CASE WHEN $5 THEN $3 END, "
 	"  CASE WHEN $5 THEN clock_timestamp() END, clock_timestamp()) "
 	"ON CONFLICT (stream_id, key) DO UPDATE SET "
 	"released_count = k.released_count + $4, "
+	"last_event_seq = $6, "
 	"updated_at = CASE WHEN $3 > k.range_end THEN clock_timestamp() ELSE k.updated_at END, "
 	"range_end = $3, "
 	"gap_first_seen = CASE WHEN NOT $5 THEN NULL "
@@ -254,9 +260,10 @@ static const Oid plan_argtypes[][7] = {
 	[PLAN_SETTLE_START] = {TIDOID, TEXTOID},
 	[PLAN_FENCE_SEQ] = {REGCLASSOID},
 	[PLAN_TAKE_ARRIVALS] = {INT4OID, INT8OID},
+	[PLAN_EXPIRED_KEYS] = {INT4OID, INT8OID},
 	[PLAN_ADD_ARRIVAL] = {INT4OID, TEXTOID},
 	[PLAN_KEY_PROGRESS] = {INT4OID, TEXTOID},
-	[PLAN_ADVANCE_KEY] = {INT4OID, TEXTOID, INT8OID, INT8OID, BOOLOID},
+	[PLAN_ADVANCE_KEY] = {INT4OID, TEXTOID, INT8OID, INT8OID, BOOLOID, INT8OID},
 	[PLAN_LOG_KEY] = {INT4OID, TEXTOID, INT8OID, INT8OID},
 	[PLAN_AFTER_LAST] = {INT4OID, TEXTOID, INT8OID},
 };
@@ -265,8 +272,8 @@ static const int plan_nargs[] = {
 	[PLAN_LOCK] = 1, [PLAN_ADVANCE] = 7, [PLAN_LOG] = 3, [PLAN_RUNS] = 3,
 	[PLAN_ADD_RUN] = 5, [PLAN_UNSETTLED] = 1, [PLAN_SETTLE_MOVE] = 4,
 	[PLAN_SETTLE_MARK] = 1, [PLAN_SETTLE_START] = 2, [PLAN_FENCE_SEQ] = 1,
-	[PLAN_TAKE_ARRIVALS] = 2, [PLAN_ADD_ARRIVAL] = 2, [PLAN_KEY_PROGRESS] = 2,
-	[PLAN_ADVANCE_KEY] = 5, [PLAN_LOG_KEY] = 4, [PLAN_AFTER_LAST] = 3,
+	[PLAN_TAKE_ARRIVALS] = 2, [PLAN_EXPIRED_KEYS] = 2, [PLAN_ADD_ARRIVAL] = 2, [PLAN_KEY_PROGRESS] = 2,
+	[PLAN_ADVANCE_KEY] = 6, [PLAN_LOG_KEY] = 4, [PLAN_AFTER_LAST] = 3,
 };
 
 /*
@@ -464,7 +471,7 @@ walk_lane(Lane *lane, int64 limit, Snapshot snapshot)
 
 	index_rescan(scan, keys, nkeys, NULL, 0);
 	FETCH();
-	while (lane->released < limit && !lane->last_event)
+	while (!lane->last_event)
 	{
 		SkipRun    *run = NULL;
 		int64		gap_end;
@@ -488,8 +495,14 @@ walk_lane(Lane *lane, int64 limit, Snapshot snapshot)
 
 		if (have && seq == lane->range_end)
 		{
-			TimestampTz ts = DatumGetTimestampTz(slot_getattr(slot, Anum_oe_events_event_ts,
-															  &isnull));
+			TimestampTz ts;
+
+			if (lane->released >= limit)
+			{
+				lane->more = true;
+				break;
+			}
+			ts = DatumGetTimestampTz(slot_getattr(slot, Anum_oe_events_event_ts, &isnull));
 
 			if (!lane->max_event_ts_valid || ts > lane->max_event_ts)
 			{
@@ -717,18 +730,16 @@ release_global(OeStream *stream)
 }
 
 /*
- * Take (delete) up to "limit" arrivals of a per-key stream, oldest first,
- * and add the keys whose gap a timeout may skip.  Returns the distinct keys.
+ * Run a plan that returns keys (column 1) and return them as a List of text
+ * copies.
  */
 static List *
-keys_to_visit(const OeStream *stream, int64 limit)
+keys_from(int plan, const OeStream *stream, int64 limit)
 {
-	Datum		values[2];
+	Datum		values[2] = {Int32GetDatum(stream->stream_id), Int64GetDatum(limit)};
 	List	   *keys = NIL;
 
-	values[0] = Int32GetDatum(stream->stream_id);
-	values[1] = Int64GetDatum(limit);
-	run_plan(PLAN_TAKE_ARRIVALS, values, NULL, SPI_OK_SELECT);
+	run_plan(plan, values, NULL, SPI_OK_SELECT);
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{
 		bool		isnull;
@@ -738,11 +749,6 @@ keys_to_visit(const OeStream *stream, int64 limit)
 	return keys;
 }
 
-/*
- * One release step of one key of a per-key stream, over at most "limit"
- * events.  Returns the number released; *more is set if the key may have
- * more to release right away.
- */
 /* Load the state of one key of a per-key stream into a lane. */
 static void
 load_key_lane(OeStream *stream, text *key, Lane *lane)
@@ -768,6 +774,8 @@ load_key_lane(OeStream *stream, text *key, Lane *lane)
 		lane->seen_gap = isnull ? PG_INT64_MIN : DatumGetInt64(value);
 		value = result_value(0, 3, &isnull);
 		lane->seen_gap_expired = !isnull && DatumGetBool(value);
+		(void) result_value(0, 4, &isnull);
+		lane->completed = !isnull;
 	}
 	load_runs(lane);
 }
@@ -775,28 +783,38 @@ load_key_lane(OeStream *stream, text *key, Lane *lane)
 static int64
 release_key(OeStream *stream, text *key, int64 limit, Snapshot snapshot, bool *more)
 {
-	Datum		values[5];
-	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
+	Datum		values[6];
+	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
 	Lane		lane;
 	int64		start;
 	bool		gap_was_seen;
 
 	load_key_lane(stream, key, &lane);
+	*more = false;
+	values[0] = Int32GetDatum(stream->stream_id);
+	values[1] = PointerGetDatum(key);
+	if (lane.completed)
+	{
+		/* A seq above the last event whose transaction was open at the time. */
+		values[2] = Int64GetDatum(lane.range_end);
+		run_plan(PLAN_AFTER_LAST, values, NULL, SPI_OK_INSERT);
+		return 0;
+	}
 	start = lane.range_end;
 	gap_was_seen = lane.seen_gap == lane.range_end;
 	walk_lane(&lane, limit, snapshot);
 	add_runs(&lane);
 
-	*more = (lane.released == limit && !lane.gap && !lane.last_event);
+	*more = lane.more;
 	if (lane.range_end == start && (!lane.gap || gap_was_seen) &&
 		(lane.gap || lane.seen_gap == PG_INT64_MIN))
 		return 0;				/* nothing changed */
 
-	values[0] = Int32GetDatum(stream->stream_id);
-	values[1] = PointerGetDatum(key);
 	values[2] = Int64GetDatum(lane.range_end);
 	values[3] = Int64GetDatum(lane.released);
 	values[4] = BoolGetDatum(lane.gap);
+	values[5] = Int64GetDatum(lane.range_end - 1);
+	nulls[5] = lane.last_event ? ' ' : 'n';
 	run_plan(PLAN_ADVANCE_KEY, values, nulls, SPI_OK_INSERT);
 
 	if (lane.range_end != start)
@@ -815,23 +833,16 @@ release_key(OeStream *stream, text *key, int64 limit, Snapshot snapshot, bool *m
 	return lane.released;
 }
 
-/* One release step of a per-key stream; see oe_release_stream(). */
+/*
+ * Release keys of a per-key stream while the budget lasts; returns the
+ * number released so far.
+ */
 static int64
-release_per_key(OeStream *stream)
+release_keys(OeStream *stream, List *keys, int64 released)
 {
-	Lane		stream_lane;
-	List	   *keys;
+	Snapshot	snapshot = RegisterSnapshot(GetLatestSnapshot());
 	ListCell   *lc;
-	Snapshot	snapshot;
-	int64		released = 0;
 
-	if (!lock_stream(stream, &stream_lane))
-		return 0;
-	settle_runs(stream);
-	keys = keys_to_visit(stream, stream->max_release_batch);
-
-	/* Taken after the arrivals: it sees the events of every key taken. */
-	snapshot = RegisterSnapshot(GetLatestSnapshot());
 	foreach(lc, keys)
 	{
 		text	   *key = lfirst(lc);
@@ -850,6 +861,32 @@ release_per_key(OeStream *stream)
 		}
 	}
 	UnregisterSnapshot(snapshot);
+	return released;
+}
+
+/*
+ * One release step of a per-key stream; see oe_release_stream().  Visits the
+ * keys whose gap timed out, then takes arrivals, oldest first, until the
+ * budget is spent or none are left; each arrival is taken once, so the cost
+ * follows the keys that received events.
+ */
+static int64
+release_per_key(OeStream *stream)
+{
+	Lane		stream_lane;
+	List	   *keys;
+	int64		released;
+
+	if (!lock_stream(stream, &stream_lane))
+		return 0;
+	settle_runs(stream);
+
+	released = release_keys(stream, keys_from(PLAN_EXPIRED_KEYS, stream,
+											  stream->max_release_batch), 0);
+	/* Each snapshot is taken after its arrivals: it sees their events. */
+	while (released < stream->max_release_batch &&
+		   (keys = keys_from(PLAN_TAKE_ARRIVALS, stream, stream->max_release_batch)) != NIL)
+		released = release_keys(stream, keys, released);
 
 	if (released > 0)
 		Async_Notify("ordered_events", stream->name);
