@@ -12,6 +12,7 @@ OBJS = \
 	src/ordered_events.o \
 	src/release.o \
 	src/shmem.o \
+	src/table_insert.o \
 	src/worker.o
 PG_CPPFLAGS = -DOE_LIBRARY_VERSION='"$(EXTVERSION)"'
 

@@ -46,8 +46,9 @@ CREATE TABLE ordered_events.stream_progress (
     range_end bigint NOT NULL,
     max_event_ts timestamptz,
     released_count bigint NOT NULL DEFAULT 0,
-    gap_start bigint,               -- first missing seq a release step saw
-    gap_first_seen timestamptz,     -- when it first saw it
+    gap_start bigint,               -- first missing seq a release step saw,
+    gap_end bigint,                 -- the run gap_start..gap_end was missing
+    gap_first_seen timestamptz,     -- when a step first saw that run
     fence_seq bigint,               -- fence: the last seq allocated when read
     fence_xid xid8,                 -- fence: the next xid, read after fence_seq
     updated_at timestamptz NOT NULL DEFAULT pg_catalog.now()
@@ -97,6 +98,7 @@ CREATE TABLE ordered_events.key_progress (
     released_count bigint NOT NULL,
     last_event_seq bigint,          -- the key is complete: its last event
     gap_start bigint,
+    gap_end bigint,
     gap_first_seen timestamptz,
     updated_at timestamptz NOT NULL,
     PRIMARY KEY (stream_id, key)
@@ -371,13 +373,13 @@ BEGIN
     IF d.gap_policy <> 'timeout' THEN
         d.gap_timeout := alter_stream.gap_timeout;
     END IF;
+    PERFORM ordered_events.check_release_options(d.sequencing, d.gap_policy, d.gap_timeout,
+                                                 d.max_release_batch);
     IF (d.gap_policy = 'fence') <> (old.gap_policy = 'fence') THEN
         RAISE EXCEPTION 'gap_policy ''fence'' can only be chosen when the stream is created'
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'A fence stream is fed by append() and other streams by ingest(); create a new stream instead.';
     END IF;
-    PERFORM ordered_events.check_release_options(d.sequencing, d.gap_policy, d.gap_timeout,
-                                                 d.max_release_batch);
     UPDATE ordered_events.stream_def s
        SET gap_policy = d.gap_policy,
            gap_timeout = d.gap_timeout,
@@ -577,6 +579,9 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     s record;
+    hole record;
+    run record;
+    next_missing bigint;
 BEGIN
     PERFORM ordered_events.check_stream_not_null(stream);
     SELECT d.stream_id, d.sequencing, d.initial_sequence, p.range_end,
@@ -590,39 +595,57 @@ BEGIN
                   HINT = 'See ordered_events.streams for the existing streams.';
     END IF;
 
-    -- A run is missing before each arrived seq that does not follow the
-    -- previous one (or the released part); written so as never to overflow.
-    IF s.sequencing = 'global' THEN
-        RETURN QUERY
-        SELECT NULL::text, a.gap_start, a.seq - 1,
-               CASE WHEN a.gap_start = s.gap_start THEN s.gap_first_seen END
+    /*
+     * A hole is missing before each arrived seq that does not follow the
+     * previous one (or the released part); written so as never to overflow.
+     * Its parts in the skip ledger are not missing any more.
+     */
+    FOR hole IN
+        SELECT NULL::text AS key, a.gap_start, a.seq - 1 AS gap_end,
+               s.gap_start AS seen_start, s.gap_first_seen AS seen_at
           FROM (SELECT e.seq,
                        coalesce(lag(e.seq) OVER (ORDER BY e.seq) + 1, s.range_end) AS gap_start
                   FROM ordered_events.events e
-                 WHERE e.stream_id = s.stream_id AND e.seq >= s.range_end) a
+                 WHERE s.sequencing = 'global'
+                   AND e.stream_id = s.stream_id AND e.seq >= s.range_end) a
          WHERE a.seq > a.gap_start
-           AND NOT EXISTS (SELECT FROM ordered_events.gap_skips g
-                            WHERE g.stream_id = s.stream_id AND g.key IS NULL
-                              AND g.gap_start <= a.gap_start AND g.gap_end >= a.seq - 1)
-         ORDER BY 2;
-    ELSE
-        RETURN QUERY
-        SELECT a.key::text, a.gap_start, a.seq - 1,
-               CASE WHEN a.gap_start = a.seen_start THEN a.gap_first_seen END
+        UNION ALL
+        SELECT a.key, a.gap_start, a.seq - 1, a.seen_start, a.gap_first_seen
           FROM (SELECT e.key, e.seq, k.gap_start AS seen_start, k.gap_first_seen,
                        coalesce(lag(e.seq) OVER (PARTITION BY e.key ORDER BY e.seq) + 1,
                                 k.range_end, s.initial_sequence) AS gap_start
                   FROM ordered_events.key_events e
                   LEFT JOIN ordered_events.key_progress k
                          ON k.stream_id = e.stream_id AND k.key = e.key
-                 WHERE e.stream_id = s.stream_id
+                 WHERE s.sequencing = 'per_key' AND e.stream_id = s.stream_id
                    AND e.seq >= coalesce(k.range_end, s.initial_sequence)) a
          WHERE a.seq > a.gap_start
-           AND NOT EXISTS (SELECT FROM ordered_events.gap_skips g
-                            WHERE g.stream_id = s.stream_id AND g.key = a.key
-                              AND g.gap_start <= a.gap_start AND g.gap_end >= a.seq - 1)
-         ORDER BY 1, 2;
-    END IF;
+         ORDER BY 1, 2
+    LOOP
+        next_missing := hole.gap_start;
+        FOR run IN
+            SELECT g.gap_start, g.gap_end FROM ordered_events.gap_skips g
+             WHERE g.stream_id = s.stream_id AND g.key IS NOT DISTINCT FROM hole.key
+               AND g.gap_end >= hole.gap_start AND g.gap_start <= hole.gap_end
+             ORDER BY g.gap_start
+        LOOP
+            IF run.gap_start > next_missing THEN
+                key := hole.key;
+                gap_start := next_missing;
+                gap_end := run.gap_start - 1;
+                first_seen := CASE WHEN next_missing = hole.seen_start THEN hole.seen_at END;
+                RETURN NEXT;
+            END IF;
+            next_missing := run.gap_end + 1;
+        END LOOP;
+        IF next_missing <= hole.gap_end THEN
+            key := hole.key;
+            gap_start := next_missing;
+            gap_end := hole.gap_end;
+            first_seen := CASE WHEN next_missing = hole.seen_start THEN hole.seen_at END;
+            RETURN NEXT;
+        END IF;
+    END LOOP;
 END;
 $$;
 COMMENT ON FUNCTION ordered_events.gaps(text) IS

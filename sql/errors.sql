@@ -40,6 +40,12 @@ SELECT ordered_events.drop_stream('err_nope');
 \echo SQLSTATE :SQLSTATE
 SELECT * FROM ordered_events.gaps('err_nope');
 \echo SQLSTATE :SQLSTATE
+SELECT ordered_events.skip_gap('err_nope', 5, 'lost');
+\echo SQLSTATE :SQLSTATE
+SELECT ordered_events.append('err_nope', 'k1');
+\echo SQLSTATE :SQLSTATE
+SELECT * FROM ordered_events.blockers('err_nope');
+\echo SQLSTATE :SQLSTATE
 -- names are case-sensitive and never truncated
 SELECT ordered_events.ingest('ERR_S', 2, 'k1');
 \echo SQLSTATE :SQLSTATE
@@ -133,21 +139,29 @@ SELECT ordered_events.create_stream('err_t', sequencing => NULL);
 \echo SQLSTATE :SQLSTATE
 SELECT ordered_events.create_stream('err_t', sequencing => 'GLOBAL');
 \echo SQLSTATE :SQLSTATE
--- gap_policy: timeout and fence are not supported (0A000)
-SELECT ordered_events.create_stream('err_t', gap_policy => 'timeout', gap_timeout => '1 minute');
-\echo SQLSTATE :SQLSTATE
-SELECT ordered_events.create_stream('err_t', gap_policy => 'timeout');
-\echo SQLSTATE :SQLSTATE
-SELECT ordered_events.create_stream('err_t', gap_policy => 'fence');
-\echo SQLSTATE :SQLSTATE
+-- gap_policy: one of wait, timeout, fence
 SELECT ordered_events.create_stream('err_t', gap_policy => 'bogus');
 \echo SQLSTATE :SQLSTATE
 SELECT ordered_events.create_stream('err_t', gap_policy => NULL);
+\echo SQLSTATE :SQLSTATE
+SELECT ordered_events.create_stream('err_t', gap_policy => 'WAIT');
+\echo SQLSTATE :SQLSTATE
+-- 'timeout' needs a positive gap_timeout
+SELECT ordered_events.create_stream('err_t', gap_policy => 'timeout');
+\echo SQLSTATE :SQLSTATE
+SELECT ordered_events.create_stream('err_t', gap_policy => 'timeout', gap_timeout => '0');
+\echo SQLSTATE :SQLSTATE
+SELECT ordered_events.create_stream('err_t', gap_policy => 'timeout', gap_timeout => '-1 minute');
 \echo SQLSTATE :SQLSTATE
 -- gap_timeout is only valid with gap_policy 'timeout'
 SELECT ordered_events.create_stream('err_t', gap_timeout => '1 minute');
 \echo SQLSTATE :SQLSTATE
 SELECT ordered_events.create_stream('err_t', gap_policy => 'wait', gap_timeout => '0');
+\echo SQLSTATE :SQLSTATE
+SELECT ordered_events.create_stream('err_t', gap_policy => 'fence', gap_timeout => '1 minute');
+\echo SQLSTATE :SQLSTATE
+-- 'fence' is only valid for global streams
+SELECT ordered_events.create_stream('err_t', sequencing => 'per_key', gap_policy => 'fence');
 \echo SQLSTATE :SQLSTATE
 -- max_release_batch must be positive
 SELECT ordered_events.create_stream('err_t', max_release_batch => 0);
@@ -175,13 +189,16 @@ SELECT ordered_events.drop_stream('err_t');
 --
 -- Invalid options of alter_stream: the same checks; nothing changes.
 --
-SELECT ordered_events.alter_stream('err_s', gap_policy => 'timeout', gap_timeout => '1 minute');
-\echo SQLSTATE :SQLSTATE
-SELECT ordered_events.alter_stream('err_s', gap_policy => 'fence');
-\echo SQLSTATE :SQLSTATE
 SELECT ordered_events.alter_stream('err_s', gap_policy => 'bogus');
 \echo SQLSTATE :SQLSTATE
+SELECT ordered_events.alter_stream('err_s', gap_policy => 'timeout');
+\echo SQLSTATE :SQLSTATE
+SELECT ordered_events.alter_stream('err_s', gap_policy => 'timeout', gap_timeout => '0');
+\echo SQLSTATE :SQLSTATE
 SELECT ordered_events.alter_stream('err_s', gap_timeout => '1 minute');
+\echo SQLSTATE :SQLSTATE
+-- 'fence' is chosen when a stream is created, never by alter_stream
+SELECT ordered_events.alter_stream('err_s', gap_policy => 'fence');
 \echo SQLSTATE :SQLSTATE
 SELECT ordered_events.alter_stream('err_s', max_release_batch => 0);
 \echo SQLSTATE :SQLSTATE
@@ -191,6 +208,9 @@ SELECT ordered_events.alter_stream('err_s', max_release_batch => -5);
 SELECT ordered_events.alter_stream('err_s', gap_policy => 'wait', max_release_batch => 0);
 \echo SQLSTATE :SQLSTATE
 SELECT ordered_events.alter_stream('err_s', gap_timeout => '1 minute', max_release_batch => 9);
+\echo SQLSTATE :SQLSTATE
+SELECT ordered_events.alter_stream('err_s', gap_policy => 'timeout', gap_timeout => '-1 s',
+                                   max_release_batch => 9);
 \echo SQLSTATE :SQLSTATE
 SELECT * FROM pg_temp.snapshot();
 

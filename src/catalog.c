@@ -125,6 +125,8 @@ refresh_cache(void)
 	relations.events_pkey = relation_oid(schema, "events_pkey");
 	relations.key_events = relation_oid(schema, "key_events");
 	relations.key_events_pkey = relation_oid(schema, "key_events_pkey");
+	relations.key_events_last_event_idx = relation_oid(schema, "key_events_last_event_idx");
+	relations.key_arrivals = relation_oid(schema, "key_arrivals");
 	relations.stream_def = relation_oid(schema, "stream_def");
 	relations.outcome_type = GetSysCacheOid2(TYPENAMENSP, Anum_pg_type_oid,
 											 CStringGetDatum("outcome"),

@@ -5,12 +5,13 @@
  *	  trigger for INSERT ... SELECT, multi-row VALUES and COPY.
  *
  * Both paths go through oe_ingest_event(), which classifies the event and
- * does one insert statement: into ordered_events.events (global streams) or
- * key_events plus key_arrivals (per-key streams) when it is accepted, into
- * ordered_events.unprocessed otherwise.  A duplicate is detected by the
- * primary key with ON CONFLICT DO NOTHING, never by a prior lookup that
- * could race: of two sessions inserting the same seq, the second waits for
- * the first to end, then either conflicts (duplicate) or inserts.
+ * inserts it: into ordered_events.events (global streams) or key_events plus
+ * key_arrivals (per-key streams) when it is accepted, directly (see
+ * table_insert.c); into ordered_events.unprocessed, through SPI, otherwise.
+ * A duplicate is detected by the primary key with the protocol of ON
+ * CONFLICT DO NOTHING, never by a prior lookup that could race: of two
+ * sessions inserting the same seq, the second waits for the first to end,
+ * then either conflicts (duplicate) or inserts.
  *
  * Locking: every ingest takes RowExclusiveLock on the events table before it
  * looks up the stream.  drop_stream() takes SHARE ROW EXCLUSIVE on it, so an
@@ -20,20 +21,24 @@
  */
 #include "ordered_events.h"
 
+#include "access/genam.h"
+#include "access/stratnum.h"
+#include "access/table.h"
 #include "access/xact.h"
-#include "commands/sequence.h"
+#include "catalog/pg_collation.h"
 #include "catalog/pg_type.h"
+#include "commands/sequence.h"
 #include "commands/trigger.h"
 #include "executor/spi.h"
 #include "storage/lmgr.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/inval.h"
 #include "utils/jsonb.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
-static SPIPlanPtr insert_event_plan = NULL;
-static SPIPlanPtr insert_key_event_plan = NULL;
-static SPIPlanPtr why_rejected_plan = NULL;
 static SPIPlanPtr skipped_plan = NULL;
 static SPIPlanPtr insert_unprocessed_plan = NULL;
 
@@ -48,12 +53,11 @@ prepare_kept(const char *query, int nargs, Oid *argtypes)
 	return plan;
 }
 
-/* The parameters $1..$8 of the event inserts, in table column order. */
+/* An event as a row of events (7 columns) or key_events (8 columns). */
 static void
-event_params(const OeStream *stream, const OeEvent *event,
-			 Datum *values, char *nulls)
+event_row(const OeStream *stream, const OeEvent *event, Datum *values, bool *isnull)
 {
-	memset(nulls, ' ', Natts_oe_key_events);
+	memset(isnull, 0, Natts_oe_key_events * sizeof(bool));
 	values[Anum_oe_events_stream_id - 1] = Int32GetDatum(stream->stream_id);
 	values[Anum_oe_events_seq - 1] = Int64GetDatum(event->seq);
 	values[Anum_oe_events_event_ts - 1] = TimestampTzGetDatum(event->event_ts);
@@ -62,104 +66,91 @@ event_params(const OeStream *stream, const OeEvent *event,
 		TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
 	values[Anum_oe_events_key - 1] = PointerGetDatum(event->key);
 	values[Anum_oe_events_payload - 1] = PointerGetDatum(event->payload);
-	if (event->payload == NULL)
-		nulls[Anum_oe_events_payload - 1] = 'n';
+	isnull[Anum_oe_events_payload - 1] = (event->payload == NULL);
 	values[Anum_oe_key_events_last_event - 1] = BoolGetDatum(event->last_event);
 }
-
-static Oid	event_argtypes[Natts_oe_key_events] = {
-	INT4OID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
-	TEXTOID, JSONBOID, BOOLOID
-};
 
 /* Insert into events; false if the seq is already there. */
 static bool
 insert_event(const OeStream *stream, const OeEvent *event)
 {
 	Datum		values[Natts_oe_key_events];
-	char		nulls[Natts_oe_key_events];
+	bool		isnull[Natts_oe_key_events];
 
-	if (insert_event_plan == NULL)
-		insert_event_plan = prepare_kept(
-			"INSERT INTO ordered_events.events "
-			"(stream_id, seq, event_ts, alignment_ts, received_at, key, payload) "
-			"VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING",
-			Natts_oe_events, event_argtypes);
+	event_row(stream, event, values, isnull);
+	return oe_insert_unique(oe_relations()->events, values, isnull);
+}
 
-	event_params(stream, event, values, nulls);
-	if (SPI_execute_plan(insert_event_plan, values, nulls, false, 0) != SPI_OK_INSERT)
-		elog(ERROR, "inserting into %s.events failed", OE_SCHEMA);
-	return SPI_processed == 1;
+/*
+ * The key's last event below the event's seq, if any: then the key is
+ * complete and the event comes after it.  Sees committed rows and this
+ * transaction's own, also those of the current command (a COPY's rows).
+ */
+static bool
+key_completed_below(const OeStream *stream, const OeEvent *event, int64 *last_seq)
+{
+	const OeRelations *rels = oe_relations();
+	Relation	heap = table_open(rels->key_events, AccessShareLock);
+	Relation	index = index_open(rels->key_events_last_event_idx, AccessShareLock);
+	TupleTableSlot *slot = table_slot_create(heap, NULL);
+	IndexScanDesc scan = index_beginscan(heap, index, SnapshotSelf, 2, 0);
+	ScanKeyData keys[2];
+	bool		found = false;
+
+	ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_INT4EQ,
+				Int32GetDatum(stream->stream_id));
+	ScanKeyInit(&keys[1], 2, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(event->key));
+	keys[1].sk_collation = C_COLLATION_OID;
+	index_rescan(scan, keys, 2, NULL, 0);
+	while (index_getnext_slot(scan, ForwardScanDirection, slot))
+	{
+		bool		isnull;
+		int64		seq = DatumGetInt64(slot_getattr(slot, Anum_oe_events_seq, &isnull));
+
+		if (seq < event->seq && (!found || seq < *last_seq))
+		{
+			*last_seq = seq;
+			found = true;
+		}
+	}
+	index_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+	index_close(index, AccessShareLock);
+	table_close(heap, AccessShareLock);
+	return found;
 }
 
 /*
  * Insert into key_events, and note the key in key_arrivals for the next
- * release step, in one statement.  Nothing is inserted if the key already
- * has the seq, or was completed by a last event below it.
- */
-static bool
-insert_key_event(const OeStream *stream, const OeEvent *event)
-{
-	Datum		values[Natts_oe_key_events];
-	char		nulls[Natts_oe_key_events];
-
-	if (insert_key_event_plan == NULL)
-		insert_key_event_plan = prepare_kept(
-			"WITH accepted AS ("
-			"  INSERT INTO ordered_events.key_events "
-			"  (stream_id, seq, event_ts, alignment_ts, received_at, key, payload, last_event) "
-			"  SELECT $1, $2, $3, $4, $5, $6, $7, $8 "
-			"  WHERE NOT EXISTS (SELECT FROM ordered_events.key_events l "
-			"    WHERE l.stream_id = $1 AND l.key = $6 AND l.last_event AND l.seq < $2) "
-			"  ON CONFLICT DO NOTHING "
-			"  RETURNING stream_id, key) "
-			"INSERT INTO ordered_events.key_arrivals (stream_id, key, arrived_at) "
-			"SELECT stream_id, key, $5 FROM accepted",
-			Natts_oe_key_events, event_argtypes);
-
-	event_params(stream, event, values, nulls);
-	if (SPI_execute_plan(insert_key_event_plan, values, nulls, false, 0) != SPI_OK_INSERT)
-		elog(ERROR, "inserting into %s.key_events failed", OE_SCHEMA);
-	return SPI_processed == 1;
-}
-
-/*
- * Why insert_key_event() inserted nothing: the seq is already there, or the
- * key's last event is below it.  Sets *detail.
+ * release step.  Returns the outcome; sets *detail for a rejection.
  */
 static OeOutcome
-why_key_event_rejected(const OeStream *stream, const OeEvent *event, char **detail)
+insert_key_event(const OeStream *stream, const OeEvent *event, char **detail)
 {
-	Datum		values[3];
-	bool		isnull;
-	Datum		last_seq;
+	const OeRelations *rels = oe_relations();
+	Datum		values[Natts_oe_key_events];
+	bool		isnull[Natts_oe_key_events];
+	int64		last_seq = 0;
 
-	if (why_rejected_plan == NULL)
+	if (key_completed_below(stream, event, &last_seq))
 	{
-		Oid			argtypes[3] = {INT4OID, TEXTOID, INT8OID};
-
-		why_rejected_plan = prepare_kept(
-			"SELECT min(seq) FROM ordered_events.key_events "
-			"WHERE stream_id = $1 AND key = $2 AND last_event AND seq < $3 "
-			"AND NOT EXISTS (SELECT FROM ordered_events.key_events d "
-			"  WHERE d.stream_id = $1 AND d.key = $2 AND d.seq = $3)",
-			3, argtypes);
+		*detail = psprintf("The last event of this key is seq " INT64_FORMAT ".", last_seq);
+		return OE_AFTER_LAST_EVENT;
 	}
-	values[0] = Int32GetDatum(stream->stream_id);
-	values[1] = PointerGetDatum(event->key);
-	values[2] = Int64GetDatum(event->seq);
-	if (SPI_execute_plan(why_rejected_plan, values, NULL, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "reading %s.key_events failed", OE_SCHEMA);
-	last_seq = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-	if (isnull)
+
+	event_row(stream, event, values, isnull);
+	if (!oe_insert_unique(rels->key_events, values, isnull))
 	{
 		*detail = psprintf("Seq " INT64_FORMAT " was already received for this key.",
 						   event->seq);
 		return OE_DUPLICATE;
 	}
-	*detail = psprintf("The last event of this key is seq " INT64_FORMAT ".",
-					   DatumGetInt64(last_seq));
-	return OE_AFTER_LAST_EVENT;
+
+	/* key_arrivals (stream_id, key, arrived_at) */
+	values[1] = PointerGetDatum(event->key);
+	values[2] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
+	oe_insert_row(rels->key_arrivals, values, isnull);
+	return OE_ACCEPTED;
 }
 
 /*
@@ -242,13 +233,7 @@ oe_ingest_event(const OeStream *stream, const OeEvent *event)
 	char	   *detail = NULL;
 	char	   *skipped;
 
-	if (VARSIZE_ANY_EXHDR(event->key) > OE_MAX_KEY_BYTES)
-		ereport(ERROR,
-				(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
-				 errmsg("key of %zu bytes is too long", VARSIZE_ANY_EXHDR(event->key)),
-				 errdetail("Stream \"%s\", seq " INT64_FORMAT ".", stream->name, event->seq),
-				 errhint("A key has at most %d bytes; use a hash of a longer identifier.",
-						 OE_MAX_KEY_BYTES)));
+	oe_check_key(stream, event->key, &event->seq);
 	if (event->last_event && !stream->per_key)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -277,12 +262,7 @@ oe_ingest_event(const OeStream *stream, const OeEvent *event)
 						  event->seq, skipped);
 	}
 	else if (stream->per_key)
-	{
-		if (insert_key_event(stream, event))
-			outcome = OE_ACCEPTED;
-		else
-			outcome = why_key_event_rejected(stream, event, &detail);
-	}
+		outcome = insert_key_event(stream, event, &detail);
 	else if (insert_event(stream, event))
 		outcome = OE_ACCEPTED;
 	else
@@ -305,6 +285,20 @@ oe_error_null_argument(const char *name)
 			(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 			 errmsg("%s must not be null", name),
 			 errhint("Every event needs a stream, a seq and a key.")));
+}
+
+/* Fail unless the key fits; seq, if known, goes into the detail. */
+void
+oe_check_key(const OeStream *stream, text *key, const int64 *seq)
+{
+	if (VARSIZE_ANY_EXHDR(key) > OE_MAX_KEY_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
+				 errmsg("key of %zu bytes is too long", VARSIZE_ANY_EXHDR(key)),
+				 seq ? errdetail("Stream \"%s\", seq " INT64_FORMAT ".", stream->name, *seq)
+				 : errdetail("Stream \"%s\".", stream->name),
+				 errhint("A key has at most %d bytes; use a hash of a longer identifier.",
+						 OE_MAX_KEY_BYTES)));
 }
 
 /*
@@ -397,6 +391,7 @@ oe_append(PG_FUNCTION_ARGS)
 	event.last_event = false;
 
 	stream = stream_for_ingest(PG_GETARG_TEXT_PP(0), true);
+	oe_check_key(&stream, event.key, NULL);
 	(void) GetTopTransactionId();
 	event.seq = nextval_internal(stream.fence_seq, false);
 

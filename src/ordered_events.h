@@ -75,6 +75,8 @@ typedef struct OeRelations
 	Oid			events_pkey;
 	Oid			key_events;
 	Oid			key_events_pkey;
+	Oid			key_events_last_event_idx;
+	Oid			key_arrivals;
 	Oid			stream_def;
 	Oid			outcome_type;
 } OeRelations;
@@ -133,6 +135,11 @@ extern const char *oe_outcome_name(OeOutcome outcome);
 /* ingest.c */
 extern OeOutcome oe_ingest_event(const OeStream *stream, const OeEvent *event);
 extern void oe_error_null_argument(const char *name);
+extern void oe_check_key(const OeStream *stream, text *key, const int64 *seq);
+
+/* table_insert.c */
+extern bool oe_insert_unique(Oid relid, Datum *values, bool *isnull);
+extern void oe_insert_row(Oid relid, Datum *values, bool *isnull);
 
 /* release.c */
 extern int64 oe_release_stream(const OeStream *stream);

@@ -82,7 +82,8 @@ typedef struct Lane
 	TimestampTz max_event_ts;	/* largest event_ts released (global) */
 	bool		max_event_ts_valid;
 	int64		seen_gap;		/* gap a step saw before, or PG_INT64_MIN */
-	bool		seen_gap_expired;	/* ... missing for longer than gap_timeout */
+	int64		seen_gap_end;	/* ... seen_gap..seen_gap_end was missing */
+	bool		seen_gap_expired;	/* ... for longer than gap_timeout */
 	bool		has_fence;		/* fence_seq and fence_xid are set */
 	int64		fence_seq;
 	FullTransactionId fence_xid;
@@ -93,6 +94,7 @@ typedef struct Lane
 	int64		released;
 	int64		skipped;
 	bool		gap;			/* stopped at a missing seq, a later one arrived */
+	int64		gap_end;		/* ... and range_end..gap_end is missing */
 	bool		fence_recorded; /* read a new fence */
 	bool		last_event;		/* passed the key's last event */
 	bool		completed;		/* a step passed the key's last event before */
@@ -123,11 +125,20 @@ enum
 
 static SPIPlanPtr plans[NUM_PLANS];
 
+/*
+ * A gap keeps the time a step first saw it while the first missing seq is
+ * one that was missing then ($2 is the new range_end, $4 the gap's end).
+ */
+#define GAP_CLOCK \
+	"gap_first_seen = CASE WHEN $4 IS NULL THEN NULL " \
+	"  WHEN $2 BETWEEN gap_start AND gap_end THEN gap_first_seen " \
+	"  ELSE clock_timestamp() END, "
+
 static const char *const plan_sql[] = {
 	[PLAN_LOCK] =
 	"SELECT p.range_end, p.max_event_ts, p.gap_start, "
 	"  p.gap_first_seen + d.gap_timeout <= clock_timestamp(), "
-	"  p.fence_seq, p.fence_xid::text::bigint "
+	"  p.fence_seq, p.fence_xid::text::bigint, p.gap_end "
 	"FROM ordered_events.stream_progress p "
 	"JOIN ordered_events.stream_def d ON d.stream_id = p.stream_id "
 	"WHERE p.stream_id = $1 FOR UPDATE OF p",
@@ -138,10 +149,9 @@ static const char *const plan_sql[] = {
 	"updated_at = CASE WHEN $2 > range_end THEN clock_timestamp() ELSE updated_at END, "
 	"range_end = $2, "
 	"max_event_ts = $3, "
-	"gap_first_seen = CASE WHEN NOT $4 THEN NULL "
-	"  WHEN gap_start IS DISTINCT FROM $2 THEN clock_timestamp() "
-	"  ELSE gap_first_seen END, "
-	"gap_start = CASE WHEN $4 THEN $2 END, "
+	GAP_CLOCK
+	"gap_start = CASE WHEN $4 IS NOT NULL THEN $2 END, "
+	"gap_end = $4, "
 	"fence_seq = $6, "
 	"fence_xid = $7::text::xid8 "
 	"WHERE stream_id = $1",
@@ -210,7 +220,7 @@ static const char *const plan_sql[] = {
 
 	[PLAN_KEY_PROGRESS] =
 	"SELECT k.range_end, k.gap_start, "
-	"  k.gap_first_seen + d.gap_timeout <= clock_timestamp(), k.last_event_seq "
+	"  k.gap_first_seen + d.gap_timeout <= clock_timestamp(), k.last_event_seq, k.gap_end "
 	"FROM ordered_events.key_progress k "
 	"JOIN ordered_events.stream_def d ON d.stream_id = k.stream_id "
 	"WHERE k.stream_id = $1 AND k.key = $2",
@@ -218,18 +228,19 @@ static const char *const plan_sql[] = {
 	[PLAN_ADVANCE_KEY] =
 	"INSERT INTO ordered_events.key_progress AS k "
 	"(stream_id, key, range_end, released_count, last_event_seq, "
-	" gap_start, gap_first_seen, updated_at) "
-	"VALUES ($1, $2, $3, $4, $6, CASE WHEN $5 THEN $3 END, "
-	"  CASE WHEN $5 THEN clock_timestamp() END, clock_timestamp()) "
+	" gap_start, gap_end, gap_first_seen, updated_at) "
+	"VALUES ($1, $2, $3, $4, $6, CASE WHEN $5 IS NOT NULL THEN $3 END, $5, "
+	"  CASE WHEN $5 IS NOT NULL THEN clock_timestamp() END, clock_timestamp()) "
 	"ON CONFLICT (stream_id, key) DO UPDATE SET "
 	"released_count = k.released_count + $4, "
 	"last_event_seq = $6, "
 	"updated_at = CASE WHEN $3 > k.range_end THEN clock_timestamp() ELSE k.updated_at END, "
 	"range_end = $3, "
-	"gap_first_seen = CASE WHEN NOT $5 THEN NULL "
-	"  WHEN k.gap_start IS DISTINCT FROM $3 THEN clock_timestamp() "
-	"  ELSE k.gap_first_seen END, "
-	"gap_start = CASE WHEN $5 THEN $3 END",
+	"gap_first_seen = CASE WHEN $5 IS NULL THEN NULL "
+	"  WHEN $3 BETWEEN k.gap_start AND k.gap_end THEN k.gap_first_seen "
+	"  ELSE clock_timestamp() END, "
+	"gap_start = CASE WHEN $5 IS NOT NULL THEN $3 END, "
+	"gap_end = $5",
 
 	[PLAN_LOG_KEY] =
 	"INSERT INTO ordered_events.key_release_log "
@@ -250,7 +261,7 @@ static const char *const plan_sql[] = {
 
 static const Oid plan_argtypes[][7] = {
 	[PLAN_LOCK] = {INT4OID},
-	[PLAN_ADVANCE] = {INT4OID, INT8OID, TIMESTAMPTZOID, BOOLOID, INT8OID, INT8OID, TEXTOID},
+	[PLAN_ADVANCE] = {INT4OID, INT8OID, TIMESTAMPTZOID, INT8OID, INT8OID, INT8OID, TEXTOID},
 	[PLAN_LOG] = {INT4OID, INT8OID, INT8OID},
 	[PLAN_RUNS] = {INT4OID, TEXTOID, INT8OID},
 	[PLAN_ADD_RUN] = {INT4OID, TEXTOID, INT8OID, INT8OID, TEXTOID},
@@ -263,7 +274,7 @@ static const Oid plan_argtypes[][7] = {
 	[PLAN_EXPIRED_KEYS] = {INT4OID, INT8OID},
 	[PLAN_ADD_ARRIVAL] = {INT4OID, TEXTOID},
 	[PLAN_KEY_PROGRESS] = {INT4OID, TEXTOID},
-	[PLAN_ADVANCE_KEY] = {INT4OID, TEXTOID, INT8OID, INT8OID, BOOLOID, INT8OID},
+	[PLAN_ADVANCE_KEY] = {INT4OID, TEXTOID, INT8OID, INT8OID, INT8OID, INT8OID},
 	[PLAN_LOG_KEY] = {INT4OID, TEXTOID, INT8OID, INT8OID},
 	[PLAN_AFTER_LAST] = {INT4OID, TEXTOID, INT8OID},
 };
@@ -389,7 +400,8 @@ policy_skip_end(Lane *lane, int64 gap_end, Snapshot snapshot, const char **reaso
 			break;
 
 		case OE_GAP_TIMEOUT:
-			if (lane->seen_gap == lane->range_end && lane->seen_gap_expired)
+			if (lane->seen_gap_expired &&
+				lane->range_end >= lane->seen_gap && lane->range_end <= lane->seen_gap_end)
 			{
 				*reason = "gap_timeout expired";
 				return gap_end;
@@ -529,6 +541,7 @@ walk_lane(Lane *lane, int64 limit, Snapshot snapshot)
 		if (skip_end == PG_INT64_MIN)
 		{
 			lane->gap = true;
+			lane->gap_end = gap_end;
 			break;
 		}
 		else
@@ -640,6 +653,7 @@ lock_stream(OeStream *stream, Lane *lane)
 	lane->max_event_ts_valid = !isnull;
 	value = result_value(0, 3, &isnull);
 	lane->seen_gap = isnull ? PG_INT64_MIN : DatumGetInt64(value);
+	lane->seen_gap_end = DatumGetInt64(result_value(0, 7, &isnull));
 	value = result_value(0, 4, &isnull);
 	lane->seen_gap_expired = !isnull && DatumGetBool(value);
 	value = result_value(0, 5, &isnull);
@@ -654,6 +668,15 @@ lock_stream(OeStream *stream, Lane *lane)
 	return oe_lookup_stream(stream->name, stream);
 }
 
+/* True if the gap the lane stopped at is not the one stored. */
+static bool
+gap_changed(const Lane *lane)
+{
+	if (!lane->gap)
+		return lane->seen_gap != PG_INT64_MIN;
+	return lane->seen_gap != lane->range_end || lane->seen_gap_end != lane->gap_end;
+}
+
 /* Store what a step did to a global lane. */
 static void
 save_global_lane(Lane *lane)
@@ -666,7 +689,8 @@ save_global_lane(Lane *lane)
 	values[1] = Int64GetDatum(lane->range_end);
 	values[2] = TimestampTzGetDatum(lane->max_event_ts);
 	nulls[2] = lane->max_event_ts_valid ? ' ' : 'n';
-	values[3] = BoolGetDatum(lane->gap);
+	values[3] = Int64GetDatum(lane->gap_end);
+	nulls[3] = lane->gap ? ' ' : 'n';
 	values[4] = Int64GetDatum(lane->released);
 	values[5] = Int64GetDatum(lane->fence_seq);
 	values[6] = CStringGetTextDatum(psprintf(UINT64_FORMAT,
@@ -694,7 +718,6 @@ release_global(OeStream *stream)
 {
 	Lane		lane;
 	int64		start;
-	bool		gap_was_seen;
 	bool		fence_was_set;
 
 	if (!lock_stream(stream, &lane))
@@ -702,7 +725,6 @@ release_global(OeStream *stream)
 	settle_runs(stream);
 	load_runs(&lane);
 	start = lane.range_end;
-	gap_was_seen = lane.seen_gap == lane.range_end;
 	fence_was_set = lane.has_fence;
 
 	/*
@@ -723,8 +745,8 @@ release_global(OeStream *stream)
 
 	add_runs(&lane);
 	/* Write only when something changed. */
-	if (lane.range_end != start || lane.fence_recorded || (lane.gap && !gap_was_seen) ||
-		(!lane.gap && (lane.seen_gap != PG_INT64_MIN || fence_was_set)))
+	if (lane.range_end != start || lane.fence_recorded || gap_changed(&lane) ||
+		(!lane.gap && fence_was_set))
 		save_global_lane(&lane);
 	return lane.released;
 }
@@ -772,6 +794,7 @@ load_key_lane(OeStream *stream, text *key, Lane *lane)
 		lane->range_end = DatumGetInt64(result_value(0, 1, &isnull));
 		value = result_value(0, 2, &isnull);
 		lane->seen_gap = isnull ? PG_INT64_MIN : DatumGetInt64(value);
+		lane->seen_gap_end = DatumGetInt64(result_value(0, 5, &isnull));
 		value = result_value(0, 3, &isnull);
 		lane->seen_gap_expired = !isnull && DatumGetBool(value);
 		(void) result_value(0, 4, &isnull);
@@ -787,7 +810,6 @@ release_key(OeStream *stream, text *key, int64 limit, Snapshot snapshot, bool *m
 	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
 	Lane		lane;
 	int64		start;
-	bool		gap_was_seen;
 
 	load_key_lane(stream, key, &lane);
 	*more = false;
@@ -801,18 +823,17 @@ release_key(OeStream *stream, text *key, int64 limit, Snapshot snapshot, bool *m
 		return 0;
 	}
 	start = lane.range_end;
-	gap_was_seen = lane.seen_gap == lane.range_end;
 	walk_lane(&lane, limit, snapshot);
 	add_runs(&lane);
 
 	*more = lane.more;
-	if (lane.range_end == start && (!lane.gap || gap_was_seen) &&
-		(lane.gap || lane.seen_gap == PG_INT64_MIN))
+	if (lane.range_end == start && !gap_changed(&lane))
 		return 0;				/* nothing changed */
 
 	values[2] = Int64GetDatum(lane.range_end);
 	values[3] = Int64GetDatum(lane.released);
-	values[4] = BoolGetDatum(lane.gap);
+	values[4] = Int64GetDatum(lane.gap_end);
+	nulls[4] = lane.gap ? ' ' : 'n';
 	values[5] = Int64GetDatum(lane.range_end - 1);
 	nulls[5] = lane.last_event ? ' ' : 'n';
 	run_plan(PLAN_ADVANCE_KEY, values, nulls, SPI_OK_INSERT);
@@ -1031,10 +1052,11 @@ oe_skip_gap(PG_FUNCTION_ARGS)
 	Snapshot	snapshot;
 	int64		skipped;
 
-	if (PG_ARGISNULL(0))
-		oe_error_null_argument("stream");
-	if (PG_ARGISNULL(1))
-		oe_error_null_argument("through_seq");
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be null", PG_ARGISNULL(0) ? "stream" : "through_seq"),
+				 errhint("skip_gap(stream, through_seq, reason) skips every missing seq up to through_seq.")));
 	if (PG_ARGISNULL(2) || VARSIZE_ANY_EXHDR(PG_GETARG_TEXT_PP(2)) == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
@@ -1046,6 +1068,8 @@ oe_skip_gap(PG_FUNCTION_ARGS)
 	reason = text_to_cstring(PG_GETARG_TEXT_PP(2));
 	key = PG_ARGISNULL(3) ? NULL : PG_GETARG_TEXT_PP(3);
 
+	if (key != NULL)
+		oe_check_key(&stream, key, NULL);
 	if (stream.per_key && key == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),

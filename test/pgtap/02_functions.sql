@@ -2,8 +2,10 @@
 -- with exactly the contract's argument names, types and defaults, its
 -- return type and volatility, and none is STRICT (a NULL argument must give
 -- an error or a meaning such as "every stream", never a silent NULL).
+-- blockers(stream), the open transactions a blocked stream waits for, came
+-- with the gap policies (issue 5).
 BEGIN;
-SELECT plan(52);
+SELECT plan(73);
 
 CREATE TEMP TABLE contract_function (
     ord int PRIMARY KEY,
@@ -46,9 +48,22 @@ INSERT INTO contract_function VALUES
 (6, 'gaps',
     '{text}', 'setof record', 'stable',
     'stream text',
-    'TABLE(key text, gap_start bigint, gap_end bigint, first_seen timestamp with time zone)');
+    'TABLE(key text, gap_start bigint, gap_end bigint, first_seen timestamp with time zone)'),
+(7, 'append',
+    '{text,text,jsonb,"timestamp with time zone"}', 'bigint', 'volatile',
+    'stream text, key text, payload jsonb DEFAULT NULL::jsonb, '
+    'event_ts timestamp with time zone DEFAULT NULL::timestamp with time zone',
+    'bigint'),
+(8, 'skip_gap',
+    '{text,bigint,text,text}', 'bigint', 'volatile',
+    'stream text, through_seq bigint, reason text, key text DEFAULT NULL::text',
+    'bigint'),
+(9, 'blockers',
+    '{text}', 'setof record', 'stable',
+    'stream text',
+    'TABLE(pid integer, xid xid, state text, xact_start timestamp with time zone, query text)');
 
--- 6 functions x 7 tests
+-- 9 functions x 7 tests
 SELECT has_function('ordered_events', f.name, f.argtypes,
            format('function %s(%s) exists', f.name, array_to_string(f.argtypes, ', ')))
   FROM contract_function f ORDER BY f.ord;
@@ -89,27 +104,24 @@ SELECT lives_ok($$SELECT ordered_events.alter_stream(stream => 'tap_fn_named',
         gap_policy => 'wait', gap_timeout => NULL, max_release_batch => 7)$$,
     'alter_stream accepts every argument by name');
 
--- Contract functions that version 0.1 does not have yet: append() for
--- fence streams and skip_gap(), the operator override.
-SELECT todo('append() and skip_gap() are not in version 0.1', 6);
-SELECT has_function('ordered_events', 'append',
-    '{text,text,jsonb,"timestamp with time zone"}'::name[],
-    'function append(text, text, jsonb, timestamptz) exists');
-SELECT function_returns('ordered_events', 'append',
-    '{text,text,jsonb,"timestamp with time zone"}'::name[], 'bigint', 'append returns bigint');
-SELECT is((SELECT pg_get_function_arguments(p.oid) FROM pg_proc p
-            WHERE p.pronamespace = 'ordered_events'::regnamespace AND p.proname = 'append'),
-    'stream text, key text, payload jsonb DEFAULT NULL::jsonb, '
-    'event_ts timestamp with time zone DEFAULT NULL::timestamp with time zone',
-    'append: argument names, types and defaults');
-SELECT has_function('ordered_events', 'skip_gap', '{text,bigint,text,text}'::name[],
-    'function skip_gap(text, bigint, text, text) exists');
-SELECT function_returns('ordered_events', 'skip_gap', '{text,bigint,text,text}'::name[],
-    'bigint', 'skip_gap returns bigint');
-SELECT is((SELECT pg_get_function_arguments(p.oid) FROM pg_proc p
-            WHERE p.pronamespace = 'ordered_events'::regnamespace AND p.proname = 'skip_gap'),
-    'stream text, through_seq bigint, reason text, key text DEFAULT NULL::text',
-    'skip_gap: argument names, types and defaults');
+-- append(), skip_gap() and blockers() with named arguments (6 tests).
+SELECT lives_ok($$SELECT ordered_events.create_stream(stream => 'tap_fn_fence',
+        gap_policy => 'fence', initial_sequence => 5)$$,
+    'create_stream makes a fence stream');
+SELECT is(ordered_events.append(stream => 'tap_fn_fence', key => 'k', payload => '{"a": 1}',
+        event_ts => '2024-01-01 00:00:00+00'),
+    5::bigint, 'append accepts every argument by name and returns the seq it allocated');
+SELECT is(ordered_events.skip_gap(stream => 'tap_fn_named', through_seq => 12,
+        reason => 'test', key => NULL),
+    2::bigint, 'skip_gap accepts every argument by name and returns the number skipped');
+SELECT lives_ok($$SELECT ordered_events.create_stream(stream => 'tap_fn_keyed',
+        sequencing => 'per_key')$$,
+    'create_stream makes a per-key stream');
+SELECT is(ordered_events.skip_gap(stream => 'tap_fn_keyed', through_seq => 3,
+        reason => 'test', key => 'k'),
+    3::bigint, 'skip_gap takes the key of a per-key stream by name');
+SELECT is_empty($$SELECT * FROM ordered_events.blockers(stream => 'tap_fn_named')$$,
+    'blockers accepts its argument by name');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -27,7 +27,7 @@ INSERT INTO contract_relation VALUES
     (7, 'stream_stats',  '{v}'),
     (8, 'worker_status', '{v}'),
     (9, 'unprocessed',   '{r}'),
-    (10, 'skipped_gaps', '{r}');
+    (10, 'skipped_gaps', '{v,r}');    -- "table" in the contract; a view over the internal ledger
 
 INSERT INTO contract_column (rel, pos, col, typ) VALUES
     ('streams', 1, 'stream', 'text'),

@@ -1,10 +1,17 @@
 -- Bad input is an ERROR with the contract's SQLSTATE, a lower-case message
 -- and a hint (DESIGN.md section 3, rule 5), and it changes nothing.
 BEGIN;
-SELECT plan(102);
+SELECT plan(163);
 
 SELECT ordered_events.create_stream('tap_err');
 SELECT ordered_events.ingest('tap_err', 1, 'k');
+-- One stream of each other kind: fence, timeout, per-key.
+SELECT ordered_events.create_stream('tap_err_fence', gap_policy => 'fence');
+SELECT ordered_events.append('tap_err_fence', 'k');
+SELECT ordered_events.create_stream('tap_err_timeout', gap_policy => 'timeout',
+                                    gap_timeout => '1 minute');
+SELECT ordered_events.create_stream('tap_err_keyed', sequencing => 'per_key');
+SELECT ordered_events.ingest('tap_err_keyed', 3, 'k');
 -- A stream this backend has cached, then dropped.
 SELECT ordered_events.create_stream('tap_err_gone');
 SELECT ordered_events.ingest('tap_err_gone', 1, 'k');
@@ -116,15 +123,77 @@ INSERT INTO bad_input VALUES
      $$SELECT ordered_events.ingest('tap_err', 2, 'k', last_event => true)$$),
 (43, '22023', 'inbox row with last_event on a global stream',
      $$INSERT INTO ordered_events.inbox (stream, seq, key, last_event) VALUES ('tap_err', 2, 'k', true)$$),
--- unsupported in this version: feature_not_supported
-(44, '0A000', 'gap_policy timeout',
-     $$SELECT ordered_events.create_stream('tap_err_opt', gap_policy => 'timeout', gap_timeout => '1 minute')$$),
-(45, '0A000', 'gap_policy fence',
-     $$SELECT ordered_events.create_stream('tap_err_opt', gap_policy => 'fence')$$),
-(47, '0A000', 'alter_stream to gap_policy timeout',
-     $$SELECT ordered_events.alter_stream('tap_err', gap_policy => 'timeout', gap_timeout => '1 minute')$$),
-(48, '0A000', 'alter_stream to gap_policy fence',
-     $$SELECT ordered_events.alter_stream('tap_err', gap_policy => 'fence')$$);
+-- gap policy options: invalid_parameter_value
+(52, '22023', 'gap_policy timeout without gap_timeout',
+     $$SELECT ordered_events.create_stream('tap_err_opt', gap_policy => 'timeout')$$),
+(53, '22023', 'gap_timeout of zero',
+     $$SELECT ordered_events.create_stream('tap_err_opt', gap_policy => 'timeout', gap_timeout => '0')$$),
+(54, '22023', 'negative gap_timeout',
+     $$SELECT ordered_events.create_stream('tap_err_opt', gap_policy => 'timeout', gap_timeout => '-1 minute')$$),
+(55, '22023', 'gap_timeout with gap_policy fence',
+     $$SELECT ordered_events.create_stream('tap_err_opt', gap_policy => 'fence', gap_timeout => '1 minute')$$),
+(56, '22023', 'gap_policy fence on a per-key stream',
+     $$SELECT ordered_events.create_stream('tap_err_opt', sequencing => 'per_key', gap_policy => 'fence')$$),
+(57, '22023', 'alter_stream from wait to fence',
+     $$SELECT ordered_events.alter_stream('tap_err', gap_policy => 'fence')$$),
+(58, '22023', 'alter_stream from fence to wait',
+     $$SELECT ordered_events.alter_stream('tap_err_fence', gap_policy => 'wait')$$),
+(59, '22023', 'alter_stream of a per-key stream to fence',
+     $$SELECT ordered_events.alter_stream('tap_err_keyed', gap_policy => 'fence')$$),
+(60, '22023', 'alter_stream to timeout without gap_timeout',
+     $$SELECT ordered_events.alter_stream('tap_err', gap_policy => 'timeout')$$),
+(61, '22023', 'alter_stream to a negative gap_timeout',
+     $$SELECT ordered_events.alter_stream('tap_err_timeout', gap_timeout => '-1 minute')$$),
+(62, '22023', 'alter_stream from timeout to wait with a gap_timeout',
+     $$SELECT ordered_events.alter_stream('tap_err_timeout', gap_policy => 'wait', gap_timeout => '1 minute')$$),
+-- append() only on fence streams, ingest() never on them: wrong_object_type
+(63, '42809', 'append to a wait stream',
+     $$SELECT ordered_events.append('tap_err', 'k')$$),
+(64, '42809', 'append to a per-key stream',
+     $$SELECT ordered_events.append('tap_err_keyed', 'k')$$),
+(65, '42809', 'append to a timeout stream',
+     $$SELECT ordered_events.append('tap_err_timeout', 'k')$$),
+(66, '42809', 'ingest into a fence stream',
+     $$SELECT ordered_events.ingest('tap_err_fence', 2, 'k')$$),
+(67, '42809', 'inbox row for a fence stream',
+     $$INSERT INTO ordered_events.inbox (stream, seq, key) VALUES ('tap_err_fence', 2, 'k')$$),
+-- append() with a bad argument
+(68, '42704', 'append to an unknown stream',
+     $$SELECT ordered_events.append('tap_no_such', 'k')$$),
+(69, '42704', 'append to a stream dropped in this transaction',
+     $$SELECT ordered_events.append('tap_err_gone', 'k')$$),
+(70, '22004', 'append with NULL stream',
+     $$SELECT ordered_events.append(NULL, 'k')$$),
+(71, '22004', 'append with NULL key',
+     $$SELECT ordered_events.append('tap_err_fence', NULL)$$),
+(72, '22001', 'append with a key of 1025 bytes',
+     $$SELECT ordered_events.append('tap_err_fence', repeat('x', 1025))$$),
+-- skip_gap() with a bad argument
+(73, '22004', 'skip_gap with NULL reason',
+     $$SELECT ordered_events.skip_gap('tap_err', 5, NULL)$$),
+(74, '22004', 'skip_gap with an empty reason',
+     $$SELECT ordered_events.skip_gap('tap_err', 5, '')$$),
+(75, '22004', 'skip_gap with NULL through_seq',
+     $$SELECT ordered_events.skip_gap('tap_err', NULL, 'lost')$$),
+(76, '22004', 'skip_gap with NULL stream',
+     $$SELECT ordered_events.skip_gap(NULL, 5, 'lost')$$),
+(77, '22023', 'skip_gap with a key on a global stream',
+     $$SELECT ordered_events.skip_gap('tap_err', 5, 'lost', 'k')$$),
+(78, '22004', 'skip_gap without a key on a per-key stream',
+     $$SELECT ordered_events.skip_gap('tap_err_keyed', 5, 'lost')$$),
+(79, '22023', 'skip_gap through the largest bigint',
+     $$SELECT ordered_events.skip_gap('tap_err', 9223372036854775807, 'lost')$$),
+(80, '22023', 'skip_gap of a key through the largest bigint',
+     $$SELECT ordered_events.skip_gap('tap_err_keyed', 9223372036854775807, 'lost', 'k')$$),
+(81, '42704', 'skip_gap of an unknown stream',
+     $$SELECT ordered_events.skip_gap('tap_no_such', 5, 'lost')$$),
+(82, '42704', 'skip_gap of a stream dropped in this transaction',
+     $$SELECT ordered_events.skip_gap('tap_err_gone', 5, 'lost')$$),
+-- blockers() with a bad argument
+(83, '42704', 'blockers of an unknown stream',
+     $$SELECT * FROM ordered_events.blockers('tap_no_such')$$),
+(84, '22004', 'blockers with NULL stream',
+     $$SELECT * FROM ordered_events.blockers(NULL)$$);
 
 -- The error a statement raises: SQLSTATE, message and hint.
 CREATE FUNCTION pg_temp.error_of(sql text,
@@ -138,25 +207,45 @@ EXCEPTION WHEN OTHERS THEN
 END;
 $$;
 
--- 50 x 2 tests
+-- 79 x 2 tests
 SELECT throws_ok(b.sql, b.sqlstate, NULL, format('%s: %s', b.sqlstate, b.label))
   FROM bad_input b ORDER BY b.id;
 SELECT ok(e.message ~ '^[a-z]' AND coalesce(e.hint, '') <> '',
           format('%s: lower-case message and a hint', b.label))
   FROM bad_input b, LATERAL pg_temp.error_of(b.sql) e ORDER BY b.id;
 
--- Nothing changed: no stream was created, tap_err kept its configuration and
--- its single event, nothing went to unprocessed.
+-- Nothing changed: no stream was created, the streams kept their
+-- configuration and their events, nothing went to unprocessed or to the
+-- skip ledger.
 SELECT results_eq(
     $$SELECT stream, gap_policy, gap_timeout, max_release_batch FROM ordered_events.streams
-       WHERE stream LIKE 'tap_err%' OR lower(stream) LIKE '%orders%'$$,
-    $$VALUES ('tap_err'::text, 'wait'::text, NULL::interval, 10000)$$,
+       WHERE stream LIKE 'tap_err%' OR lower(stream) LIKE '%orders%' ORDER BY stream$$,
+    $$VALUES ('tap_err'::text, 'wait'::text, NULL::interval, 10000),
+             ('tap_err_fence', 'fence', NULL, 10000),
+             ('tap_err_keyed', 'wait', NULL, 10000),
+             ('tap_err_timeout', 'timeout', '1 minute', 10000)$$,
     'the failed calls created or changed no stream');
 SELECT results_eq(
     $$SELECT (SELECT count(*) FROM ordered_events.pending WHERE stream LIKE 'tap_err%'),
+             (SELECT count(*) FROM ordered_events.released WHERE stream LIKE 'tap_err%'),
              (SELECT count(*) FROM ordered_events.unprocessed WHERE stream LIKE 'tap_err%')$$,
-    $$VALUES (1::bigint, 0::bigint)$$,
+    $$VALUES (3::bigint, 0::bigint, 0::bigint)$$,
     'the failed calls wrote no event and no dead letter');
+SELECT is_empty(
+    $$SELECT * FROM ordered_events.skipped_gaps WHERE stream LIKE 'tap_err%'$$,
+    'the failed calls skipped nothing');
+
+-- Known bugs (rule 5: bad input changes nothing):
+-- * append() with an over-long key takes the stream's next seq before it
+--   checks the key, so the failed call leaves a hole that the fence policy
+--   later skips into skipped_gaps;
+-- * skip_gap() does not check the length of the key: it records a run in
+--   the skip ledger for a key no event can have.
+SELECT todo('append() checks the key after taking a seq; skip_gap() takes an over-long key', 2);
+SELECT is(ordered_events.append('tap_err_fence', 'k'), 2::bigint,
+    'the failed append() calls took no seq: the next one is 2');
+SELECT throws_ok($$SELECT ordered_events.skip_gap('tap_err_keyed', 5, 'lost', repeat('x', 1025))$$,
+    '22001', NULL, '22001: skip_gap with a key of 1025 bytes');
 
 SELECT * FROM finish();
 ROLLBACK;
