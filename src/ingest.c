@@ -13,6 +13,12 @@
  * sessions inserting the same seq, the second waits for the first to end,
  * then either conflicts (duplicate) or inserts.
  *
+ * Skips: an ingest takes its xid, then reads pending invalidations, which
+ * tell it about committed skips (the stream cache holds each stream's
+ * highest skipped seq), and rejects a seq that lies in a skipped run.  A
+ * skip that committed too late to be seen is settled by release.c only
+ * after this transaction has ended, which is why the xid comes first.
+ *
  * Locking: every ingest takes RowExclusiveLock on the events table before it
  * looks up the stream.  drop_stream() takes SHARE ROW EXCLUSIVE on it, so an
  * ingest either finishes before the drop or, having waited, sees the drop.
@@ -35,6 +41,7 @@
 #include "utils/fmgroids.h"
 #include "utils/inval.h"
 #include "utils/jsonb.h"
+#include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
@@ -160,10 +167,12 @@ insert_key_event(const OeStream *stream, const OeEvent *event, char **detail)
 static char *
 skip_reason(const OeStream *stream, const OeEvent *event)
 {
+	MemoryContext caller = CurrentMemoryContext;
 	Datum		values[3];
 	char		nulls[3] = {' ', ' ', ' '};
 	char	   *reason = NULL;
 
+	SPI_connect();
 	if (skipped_plan == NULL)
 	{
 		Oid			argtypes[3] = {INT4OID, TEXTOID, INT8OID};
@@ -179,10 +188,14 @@ skip_reason(const OeStream *stream, const OeEvent *event)
 	if (!stream->per_key)
 		nulls[1] = 'n';
 	values[2] = Int64GetDatum(event->seq);
-	if (SPI_execute_plan(skipped_plan, values, nulls, false, 1) != SPI_OK_SELECT)
+	/* Latest snapshot: a skip committed after a REPEATABLE READ snapshot counts. */
+	if (SPI_execute_snapshot(skipped_plan, values, nulls, GetLatestSnapshot(),
+							 InvalidSnapshot, false, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "reading %s.gap_skips failed", OE_SCHEMA);
 	if (SPI_processed == 1)
-		reason = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+		reason = MemoryContextStrdup(caller, SPI_getvalue(SPI_tuptable->vals[0],
+														  SPI_tuptable->tupdesc, 1));
+	SPI_finish();
 	return reason;
 }
 
@@ -194,6 +207,7 @@ insert_unprocessed(const OeStream *stream, const OeEvent *event,
 	Datum		values[7];
 	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
 
+	SPI_connect();
 	if (insert_unprocessed_plan == NULL)
 	{
 		Oid			argtypes[7] = {
@@ -219,6 +233,7 @@ insert_unprocessed(const OeStream *stream, const OeEvent *event,
 
 	if (SPI_execute_plan(insert_unprocessed_plan, values, nulls, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "inserting into %s.unprocessed failed", OE_SCHEMA);
+	SPI_finish();
 }
 
 /*
@@ -241,7 +256,6 @@ oe_ingest_event(const OeStream *stream, const OeEvent *event)
 				 errdetail("Stream \"%s\" has global sequencing.", stream->name),
 				 errhint("Leave last_event false: a global stream never ends.")));
 
-	SPI_connect();
 	if (event->seq < stream->initial_sequence)
 	{
 		outcome = OE_BEFORE_INITIAL_SEQUENCE;
@@ -273,7 +287,6 @@ oe_ingest_event(const OeStream *stream, const OeEvent *event)
 
 	if (outcome != OE_ACCEPTED)
 		insert_unprocessed(stream, event, outcome, detail);
-	SPI_finish();
 	oe_note_events_written();
 	return outcome;
 }
@@ -312,6 +325,11 @@ stream_for_ingest(text *name, bool append)
 {
 	OeStream	stream;
 
+	/*
+	 * The xid first: a skip this ingest cannot see yet (its invalidation is
+	 * not read yet) is settled only after this transaction ends.
+	 */
+	(void) GetTopTransactionId();
 	LockRelationOid(oe_relations()->events, RowExclusiveLock);
 	AcceptInvalidationMessages();
 	stream = oe_stream_or_error(name);

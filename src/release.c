@@ -58,6 +58,7 @@
 #include "executor/spi.h"
 #include "executor/tuptable.h"
 #include "miscadmin.h"
+#include "storage/procarray.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/inval.h"
@@ -111,7 +112,6 @@ enum
 	PLAN_UNSETTLED,
 	PLAN_SETTLE_MOVE,
 	PLAN_SETTLE_MARK,
-	PLAN_SETTLE_START,
 	PLAN_FENCE_SEQ,
 	PLAN_TAKE_ARRIVALS,
 	PLAN_EXPIRED_KEYS,
@@ -191,10 +191,8 @@ static const char *const plan_sql[] = {
 	"  ordered_events.stream_def d WHERE d.stream_id = $1",
 
 	[PLAN_SETTLE_MARK] =
-	"UPDATE ordered_events.gap_skips SET settled = true WHERE ctid = $1",
-
-	[PLAN_SETTLE_START] =
-	"UPDATE ordered_events.gap_skips SET settle_xid = $2::text::xid8 WHERE ctid = $1",
+	"UPDATE ordered_events.gap_skips SET settle_xid = $2::text::xid8, settled = $3 "
+	"WHERE ctid = $1",
 
 	[PLAN_FENCE_SEQ] =
 	"SELECT pg_catalog.pg_sequence_last_value($1)",
@@ -267,8 +265,7 @@ static const Oid plan_argtypes[][7] = {
 	[PLAN_ADD_RUN] = {INT4OID, TEXTOID, INT8OID, INT8OID, TEXTOID},
 	[PLAN_UNSETTLED] = {INT4OID},
 	[PLAN_SETTLE_MOVE] = {INT4OID, TEXTOID, INT8OID, INT8OID},
-	[PLAN_SETTLE_MARK] = {TIDOID},
-	[PLAN_SETTLE_START] = {TIDOID, TEXTOID},
+	[PLAN_SETTLE_MARK] = {TIDOID, TEXTOID, BOOLOID},
 	[PLAN_FENCE_SEQ] = {REGCLASSOID},
 	[PLAN_TAKE_ARRIVALS] = {INT4OID, INT8OID},
 	[PLAN_EXPIRED_KEYS] = {INT4OID, INT8OID},
@@ -282,7 +279,7 @@ static const Oid plan_argtypes[][7] = {
 static const int plan_nargs[] = {
 	[PLAN_LOCK] = 1, [PLAN_ADVANCE] = 7, [PLAN_LOG] = 3, [PLAN_RUNS] = 3,
 	[PLAN_ADD_RUN] = 5, [PLAN_UNSETTLED] = 1, [PLAN_SETTLE_MOVE] = 4,
-	[PLAN_SETTLE_MARK] = 1, [PLAN_SETTLE_START] = 2, [PLAN_FENCE_SEQ] = 1,
+	[PLAN_SETTLE_MARK] = 3, [PLAN_FENCE_SEQ] = 1,
 	[PLAN_TAKE_ARRIVALS] = 2, [PLAN_EXPIRED_KEYS] = 2, [PLAN_ADD_ARRIVAL] = 2, [PLAN_KEY_PROGRESS] = 2,
 	[PLAN_ADVANCE_KEY] = 6, [PLAN_LOG_KEY] = 4, [PLAN_AFTER_LAST] = 3,
 };
@@ -326,16 +323,32 @@ key_param(text *key, Datum *value, char *null)
 	*null = key == NULL ? 'n' : ' ';
 }
 
-/* True if no transaction other than ours with an xid below "xid" runs in the snapshot. */
+/*
+ * True if every transaction but ours with an xid below "xid" has ended, and
+ * the snapshot sees the ones that committed.  A snapshot lists the xids
+ * running below its xmax; an xid from its xmax on is invisible to it, so
+ * each of those must have rolled back (or died in a crash).  There are only
+ * as many as were assigned since the last commit; if there are very many, a
+ * later step will know.
+ */
 static bool
 no_xid_below(Snapshot snapshot, FullTransactionId xid)
 {
 	TransactionId limit = XidFromFullTransactionId(xid);
-	TransactionId mine = GetTopTransactionIdIfAny();
+	int			asked = 0;
 
 	for (uint32 i = 0; i < snapshot->xcnt; i++)
-		if (snapshot->xip[i] != mine && TransactionIdPrecedes(snapshot->xip[i], limit))
+		if (TransactionIdPrecedes(snapshot->xip[i], limit) &&
+			!TransactionIdIsCurrentTransactionId(snapshot->xip[i]))
 			return false;
+
+	for (TransactionId x = snapshot->xmax; TransactionIdPrecedes(x, limit);)
+	{
+		if (!TransactionIdIsCurrentTransactionId(x) &&
+			(++asked > 1000 || TransactionIdIsInProgress(x) || TransactionIdDidCommit(x)))
+			return false;
+		TransactionIdAdvance(x);
+	}
 	return true;
 }
 
@@ -595,35 +608,35 @@ settle_runs(const OeStream *stream)
 		TupleDesc	desc = runs->tupdesc;
 		bool		isnull;
 		bool		global;
-		Datum		ctid = SPI_getbinval(row, desc, 1, &isnull);
 		Datum		values[4];
 		char		nulls[4] = {' ', ' ', ' ', ' '};
-		Datum		settle = SPI_getbinval(row, desc, 5, &isnull);
-		FullTransactionId settle_xid;
+		bool		first_look;
+		Datum		settle = SPI_getbinval(row, desc, 5, &first_look);
+		FullTransactionId settle_xid = first_look ? next_xid :
+			FullTransactionIdFromU64(DatumGetInt64(settle));
+		bool		settled;
 
 		if (TransactionIdIsCurrentTransactionId(DatumGetTransactionId(SPI_getbinval(row, desc, 6,
 																					&global))))
 			continue;			/* skipped by this transaction: not yet */
-		if (isnull)
-		{
-			settle_xid = next_xid;
-			values[0] = ctid;
-			values[1] = CStringGetTextDatum(psprintf(UINT64_FORMAT,
-													 U64FromFullTransactionId(next_xid)));
-			run_plan(PLAN_SETTLE_START, values, NULL, SPI_OK_UPDATE);
-		}
-		else
-			settle_xid = FullTransactionIdFromU64(DatumGetInt64(settle));
-		if (!no_xid_below(snapshot, settle_xid))
-			continue;
 
-		values[0] = id;
-		values[1] = SPI_getbinval(row, desc, 2, &global);
-		nulls[1] = global ? 'n' : ' ';
-		values[2] = SPI_getbinval(row, desc, 3, &isnull);
-		values[3] = SPI_getbinval(row, desc, 4, &isnull);
-		run_plan(PLAN_SETTLE_MOVE, values, nulls, SPI_OK_INSERT);
-		run_plan(PLAN_SETTLE_MARK, &ctid, NULL, SPI_OK_UPDATE);
+		settled = no_xid_below(snapshot, settle_xid);
+		if (settled)
+		{
+			values[0] = id;
+			values[1] = SPI_getbinval(row, desc, 2, &global);
+			nulls[1] = global ? 'n' : ' ';
+			values[2] = SPI_getbinval(row, desc, 3, &isnull);
+			values[3] = SPI_getbinval(row, desc, 4, &isnull);
+			run_plan(PLAN_SETTLE_MOVE, values, nulls, SPI_OK_INSERT);
+		}
+		if (!settled && !first_look)
+			continue;			/* nothing new to note */
+		values[0] = SPI_getbinval(row, desc, 1, &isnull);	/* ctid */
+		values[1] = CStringGetTextDatum(psprintf(UINT64_FORMAT,
+												 U64FromFullTransactionId(settle_xid)));
+		values[2] = BoolGetDatum(settled);
+		run_plan(PLAN_SETTLE_MARK, values, NULL, SPI_OK_UPDATE);
 	}
 	UnregisterSnapshot(snapshot);
 	SPI_freetuptable(runs);

@@ -1,70 +1,159 @@
 /*-------------------------------------------------------------------------
  *
  * table_insert.c
- *	  Inserting one row into a table and its indexes without the executor's
- *	  per-statement setup: the hot path of ingest.
+ *	  Inserting rows into the extension's tables and their indexes without
+ *	  the executor's per-statement setup: the hot path of ingest.
  *
  * An INSERT through SPI costs a plan check and an executor start and end
- * per row, several times what the heap and index inserts themselves cost;
- * bench/ingest.sh measures the difference.  These functions do what
- * ExecInsert does for our own tables, which have no triggers, no
- * constraints beyond NOT NULL (the callers fill every column) and no
- * generated columns.
+ * per row, more than the heap and index inserts themselves; opening the
+ * table and its indexes for every row costs a third again.  So each table
+ * gets an "inserter" (relation, indexes, executor state, slot) the first
+ * time a transaction writes to it, kept until the transaction ends, and the
+ * rows go straight to the table AM and ExecInsertIndexTuples.  Our tables
+ * have no triggers, no constraints beyond NOT NULL (the callers fill every
+ * column) and no generated columns, so nothing else of ExecInsert applies.
  *
- * oe_insert_unique() is INSERT ... ON CONFLICT DO NOTHING: the speculative
- * insertion protocol of nodeModifyTable.c.  A conflicting row of a
- * transaction still in progress is waited for, so of two sessions inserting
- * the same key, one inserts and the other then sees the conflict; a race
- * lost between the check and the insert is retried.
+ * oe_insert_unique() has the semantics of INSERT ... ON CONFLICT DO NOTHING.
+ * It inserts the row, and the unique index insert reports a conflicting
+ * entry instead of failing (UNIQUE_CHECK_PARTIAL).  Only then, which is rare,
+ * does it delete its own row and look for the existing one, waiting for a
+ * conflicting transaction still in progress to end: if that one committed
+ * the row is a duplicate, if it rolled back the insert is tried again.  Of
+ * two sessions inserting the same key, the first to reach the index inserts;
+ * the other waits for it and then knows.
  *
- * The caller holds RowExclusiveLock on the table for the transaction.
+ * The inserters live in TopTransactionContext and their relations are
+ * opened under TopTransactionResourceOwner; they are closed before commit
+ * and at abort.  The caller holds RowExclusiveLock on each table.
  *
  *-------------------------------------------------------------------------
  */
 #include "ordered_events.h"
 
+#include "access/heapam.h"
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
 #include "executor/executor.h"
 #include "nodes/execnodes.h"
-#include "storage/lmgr.h"
+#include "utils/memutils.h"
+#include "utils/resowner.h"
 
-/* What inserting into one table needs, set up for one row. */
+/* Everything inserting into one table needs, kept for the transaction. */
 typedef struct Inserter
 {
+	Oid			relid;
 	Relation	rel;
 	EState	   *estate;
 	ResultRelInfo *rri;
 	TupleTableSlot *slot;
 } Inserter;
 
+#define MAX_INSERTERS 4
+
+static Inserter *inserters[MAX_INSERTERS];
+static int	ninserters = 0;
+static bool callback_registered = false;
+
 static void
-begin_insert(Inserter *ins, Oid relid, Datum *values, bool *isnull, bool speculative)
+close_inserters(void)
 {
-	TupleDesc	desc;
+	ResourceOwner old_owner = CurrentResourceOwner;
 
-	ins->rel = table_open(relid, RowExclusiveLock);
-	desc = RelationGetDescr(ins->rel);
-	ins->estate = CreateExecutorState();
-	ins->rri = makeNode(ResultRelInfo);
-	InitResultRelInfo(ins->rri, ins->rel, 1, NULL, 0);
-	ExecOpenIndices(ins->rri, speculative);
+	/* They were opened under it; a COMMIT in a procedure runs under another. */
+	CurrentResourceOwner = TopTransactionResourceOwner;
+	for (int i = 0; i < ninserters; i++)
+	{
+		Inserter   *ins = inserters[i];
 
-	ins->slot = ExecInitExtraTupleSlot(ins->estate, desc, table_slot_callbacks(ins->rel));
-	ExecClearTuple(ins->slot);
-	memcpy(ins->slot->tts_values, values, desc->natts * sizeof(Datum));
-	memcpy(ins->slot->tts_isnull, isnull, desc->natts * sizeof(bool));
-	ExecStoreVirtualTuple(ins->slot);
+		ExecCloseIndices(ins->rri);
+		ExecResetTupleTable(ins->estate->es_tupleTable, false);
+		FreeExecutorState(ins->estate);
+		table_close(ins->rel, NoLock);
+	}
+	ninserters = 0;
+	CurrentResourceOwner = old_owner;
 }
 
 static void
-end_insert(Inserter *ins)
+inserters_at_xact_end(XactEvent event, void *arg)
 {
-	ExecCloseIndices(ins->rri);
-	ExecResetTupleTable(ins->estate->es_tupleTable, false);
-	FreeExecutorState(ins->estate);
-	table_close(ins->rel, NoLock);
+	if (ninserters == 0)
+		return;
+	if (event == XACT_EVENT_PRE_COMMIT || event == XACT_EVENT_PARALLEL_PRE_COMMIT ||
+		event == XACT_EVENT_PRE_PREPARE)
+		close_inserters();
+	else if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT)
+	{
+		/* The resource owner and the memory go away with the transaction. */
+		ninserters = 0;
+	}
+}
+
+/* The transaction's inserter for a table, set up at first use. */
+static Inserter *
+get_inserter(Oid relid)
+{
+	MemoryContext old_context;
+	ResourceOwner old_owner;
+	Inserter   *ins;
+
+	for (int i = 0; i < ninserters; i++)
+		if (inserters[i]->relid == relid)
+			return inserters[i];
+	if (ninserters == MAX_INSERTERS)
+		elog(ERROR, "too many tables for the inserters of ordered_events");
+	if (!callback_registered)
+	{
+		RegisterXactCallback(inserters_at_xact_end, NULL);
+		callback_registered = true;
+	}
+
+	old_context = MemoryContextSwitchTo(TopTransactionContext);
+	old_owner = CurrentResourceOwner;
+	CurrentResourceOwner = TopTransactionResourceOwner;
+
+	ins = palloc0(sizeof(Inserter));
+	ins->relid = relid;
+	ins->rel = table_open(relid, RowExclusiveLock);
+	ins->estate = CreateExecutorState();
+	ins->rri = makeNode(ResultRelInfo);
+	InitResultRelInfo(ins->rri, ins->rel, 1, NULL, 0);
+	/* With what ExecCheckIndexConstraints needs for the rare conflict. */
+	ExecOpenIndices(ins->rri, true);
+	ins->slot = ExecInitExtraTupleSlot(ins->estate, RelationGetDescr(ins->rel),
+									   table_slot_callbacks(ins->rel));
+
+	CurrentResourceOwner = old_owner;
+	MemoryContextSwitchTo(old_context);
+	inserters[ninserters++] = ins;
+	return ins;
+}
+
+static Inserter *
+begin_row(Oid relid, Datum *values, bool *isnull)
+{
+	Inserter   *ins = get_inserter(relid);
+	int			natts = RelationGetDescr(ins->rel)->natts;
+
+	ResetPerTupleExprContext(ins->estate);
+	ExecClearTuple(ins->slot);
+	memcpy(ins->slot->tts_values, values, natts * sizeof(Datum));
+	memcpy(ins->slot->tts_isnull, isnull, natts * sizeof(bool));
+	ExecStoreVirtualTuple(ins->slot);
+	return ins;
+}
+
+/* Insert the slot's row into the heap and every index; true if no conflict. */
+static bool
+insert_slot(Inserter *ins, bool report_conflict)
+{
+	bool		conflict = false;
+
+	table_tuple_insert(ins->rel, ins->slot, GetCurrentCommandId(true), 0, NULL);
+	list_free(ExecInsertIndexTuples(ins->rri, ins->slot, ins->estate, false,
+									report_conflict, &conflict, NIL));
+	return !conflict;
 }
 
 /*
@@ -74,55 +163,28 @@ end_insert(Inserter *ins)
 bool
 oe_insert_unique(Oid relid, Datum *values, bool *isnull)
 {
-	Inserter	ins;
-	bool		inserted;
+	Inserter   *ins = begin_row(relid, values, isnull);
 
-	begin_insert(&ins, relid, values, isnull, true);
 	for (;;)
 	{
-		ItemPointerData conflict;
-		TransactionId xid;
-		uint32		token;
-		bool		lost_race = false;
-		List	   *recheck;
+		ItemPointerData existing;
 
-		/* Waits for a conflicting insert in progress, then looks again. */
-		if (!ExecCheckIndexConstraints(ins.rri, ins.slot, ins.estate, &conflict, NIL))
-		{
-			inserted = false;
-			break;
-		}
+		if (insert_slot(ins, true))
+			return true;
 
-		xid = GetCurrentTransactionId();
-		token = SpeculativeInsertionLockAcquire(xid);
-		table_tuple_insert_speculative(ins.rel, ins.slot, GetCurrentCommandId(true), 0,
-									   NULL, token);
-		recheck = ExecInsertIndexTuples(ins.rri, ins.slot, ins.estate, false, true,
-										&lost_race, NIL);
-		table_tuple_complete_speculative(ins.rel, ins.slot, token, !lost_race);
-		SpeculativeInsertionLockRelease(xid);
-		list_free(recheck);
-
-		if (!lost_race)
-		{
-			inserted = true;
-			break;
-		}
-		/* Someone inserted the same key meanwhile: check again. */
+		/* A conflicting entry: take our row back (visible to us after the
+		 * increment) and find out. */
+		CommandCounterIncrement();
+		simple_heap_delete(ins->rel, &ins->slot->tts_tid);
+		if (!ExecCheckIndexConstraints(ins->rri, ins->slot, ins->estate, &existing, NIL))
+			return false;
+		/* The conflicting row was rolled back: insert again. */
 	}
-	end_insert(&ins);
-	return inserted;
 }
 
 /* Insert a row into a table without unique indexes. */
 void
 oe_insert_row(Oid relid, Datum *values, bool *isnull)
 {
-	Inserter	ins;
-
-	begin_insert(&ins, relid, values, isnull, false);
-	table_tuple_insert(ins.rel, ins.slot, GetCurrentCommandId(true), 0, NULL);
-	list_free(ExecInsertIndexTuples(ins.rri, ins.slot, ins.estate, false, false,
-									NULL, NIL));
-	end_insert(&ins);
+	(void) insert_slot(begin_row(relid, values, isnull), false);
 }

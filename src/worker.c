@@ -231,6 +231,7 @@ reconcile_workers(void)
 		names = NIL;
 	}
 
+	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 	foreach(lc, names)
 	{
@@ -459,6 +460,7 @@ release_one(const char *name, MemoryContext cycle_context)
 	{
 		OeStream	stream;
 
+		SetCurrentStatementStartTimestamp();
 		StartTransactionCommand();
 		PushActiveSnapshot(GetTransactionSnapshot());
 		released = oe_lookup_stream(name, &stream) ? oe_release_stream(&stream) : 0;
@@ -502,6 +504,7 @@ run_cycle(MemoryContext cycle_context)
 	bool		installed;
 	int64		released_total = 0;
 
+	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 	PushActiveSnapshot(GetTransactionSnapshot());
 	installed = OidIsValid(get_extension_oid("ordered_events", true));
@@ -575,7 +578,8 @@ oe_database_worker_main(Datum arg)
 										  ALLOCSET_DEFAULT_SIZES);
 	for (;;)
 	{
-		bool		more = false;
+		MemoryContext old;
+		bool		more;
 
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
@@ -584,16 +588,11 @@ oe_database_worker_main(Datum arg)
 			ProcessConfigFile(PGC_SIGHUP);
 		}
 
-		if (oe_enabled)
-		{
-			MemoryContext old = MemoryContextSwitchTo(cycle_context);
-
-			more = run_cycle(cycle_context);
-			MemoryContextSwitchTo(old);
-			MemoryContextReset(cycle_context);
-		}
-		else
-			set_state("disabled");
+		/* ordered_events.enabled = off: the launcher stops this worker. */
+		old = MemoryContextSwitchTo(cycle_context);
+		more = run_cycle(cycle_context);
+		MemoryContextSwitchTo(old);
+		MemoryContextReset(cycle_context);
 		pgstat_report_activity(STATE_IDLE, NULL);
 
 		if (!more)
