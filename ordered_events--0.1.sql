@@ -833,3 +833,17 @@ CREATE VIEW ordered_events.worker_status AS
 SELECT * FROM ordered_events.worker_status_internal();
 COMMENT ON VIEW ordered_events.worker_status IS
     'One row per database served by the background worker';
+
+/*
+ * Privileges.  Writing goes straight to the tables (see src/table_insert.c),
+ * so only roles granted EXECUTE may write or release; see README.md.
+ */
+REVOKE EXECUTE ON FUNCTION
+    ordered_events.create_stream(text, text, bigint, text, interval, integer),
+    ordered_events.alter_stream(text, text, interval, integer),
+    ordered_events.drop_stream(text),
+    ordered_events.ingest(text, bigint, text, jsonb, timestamptz, timestamptz, boolean),
+    ordered_events.append(text, text, jsonb, timestamptz),
+    ordered_events.release(text),
+    ordered_events.skip_gap(text, bigint, text, text)
+FROM PUBLIC;
