@@ -5,6 +5,7 @@
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
+set_worker off
 psql_bench <<'SQL'
 SELECT ordered_events.create_stream('bench_single');
 SELECT ordered_events.create_stream('bench_single_pk', sequencing => 'per_key');

@@ -32,3 +32,9 @@ if [ "${BENCH_MODE:-quick}" = full ]; then
 else
     ROUNDS=3; PGBENCH_SECONDS=5; BULK_ROWS=200000; IDLE_KEYS=100000
 fi
+
+# set_worker on|off: the background worker of the bench database
+set_worker() {
+    psql_bench -c "ALTER SYSTEM SET ordered_events.enabled = $1" -c "SELECT pg_reload_conf()" >/dev/null
+    sleep 0.5
+}

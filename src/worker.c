@@ -449,13 +449,15 @@ note_stream_failing(const char *name, bool failing)
 /*
  * One release step for one stream in its own transaction.  Returns the
  * number released, or -1 after an error, which is logged when the stream
- * starts failing and recorded in worker_status.
+ * starts failing and recorded in worker_status.  *full is set if the step
+ * released a whole batch: the stream may have more.
  */
 static int64
-release_one(const char *name, MemoryContext cycle_context)
+release_one(const char *name, MemoryContext cycle_context, bool *full)
 {
 	int64		released = -1;
 
+	*full = false;
 	PG_TRY();
 	{
 		OeStream	stream;
@@ -464,6 +466,7 @@ release_one(const char *name, MemoryContext cycle_context)
 		StartTransactionCommand();
 		PushActiveSnapshot(GetTransactionSnapshot());
 		released = oe_lookup_stream(name, &stream) ? oe_release_stream(&stream) : 0;
+		*full = released > 0 && released >= stream.max_release_batch;
 		PopActiveSnapshot();
 		CommitTransactionCommand();
 		note_stream_failing(name, false);
@@ -492,8 +495,11 @@ release_one(const char *name, MemoryContext cycle_context)
 }
 
 /*
- * One cycle: a release step for every stream with work.  Returns true if
- * some stream may have more to release right away.
+ * One cycle: a release step for every stream with work, then more rounds of
+ * one step each for the streams whose step filled its batch, until none is
+ * left or a commit sets the latch (new work may wait elsewhere: the next
+ * cycle looks first).  Returns true if some stream may have more to
+ * release right away.
  */
 static bool
 run_cycle(MemoryContext cycle_context)
@@ -523,16 +529,28 @@ run_cycle(MemoryContext cycle_context)
 	}
 
 	set_state("releasing");
-	foreach(lc, streams)
+	while (streams != NIL)
 	{
-		int64		released;
+		List	   *busy = NIL;
 
-		CHECK_FOR_INTERRUPTS();
-		released = release_one(lfirst(lc), cycle_context);
-		if (released > 0)
+		foreach(lc, streams)
 		{
-			released_total += released;
-			more = true;		/* the stream may have more than one batch */
+			bool		full;
+			int64		released;
+
+			CHECK_FOR_INTERRUPTS();
+			released = release_one(lfirst(lc), cycle_context, &full);
+			released_total += Max(released, 0);
+			if (full)
+				busy = lappend(busy, lfirst(lc));
+		}
+		streams = busy;
+		if (streams != NIL &&
+			WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 0,
+					  PG_WAIT_EXTENSION) & WL_LATCH_SET)
+		{
+			more = true;
+			break;
 		}
 	}
 
