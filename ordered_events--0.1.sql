@@ -319,22 +319,9 @@ $$;
 COMMENT ON FUNCTION ordered_events.create_stream(text, text, bigint, text, interval, integer) IS
     'Create a stream: an independent sequence space with its own range and release budget';
 
-CREATE FUNCTION ordered_events.check_stream_not_null(stream text)
-RETURNS void
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    IF stream IS NULL THEN
-        RAISE EXCEPTION 'stream must not be null'
-            USING ERRCODE = 'null_value_not_allowed',
-                  HINT = 'Name a stream; see ordered_events.streams for the existing ones.';
-    END IF;
-END;
-$$;
-
--- Lock and return the definition of a stream, or raise undefined_object.
-CREATE FUNCTION ordered_events.stream_for_update(stream text)
+-- The definition of a stream, locked FOR UPDATE if asked; or raise
+-- null_value_not_allowed or undefined_object.
+CREATE FUNCTION ordered_events.stream_or_error(stream text, for_update boolean DEFAULT false)
 RETURNS ordered_events.stream_def
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -342,9 +329,18 @@ AS $$
 DECLARE
     d ordered_events.stream_def;
 BEGIN
-    PERFORM ordered_events.check_stream_not_null(stream);
-    SELECT * INTO d FROM ordered_events.stream_def s
-     WHERE s.stream = stream_for_update.stream FOR UPDATE;
+    IF stream IS NULL THEN
+        RAISE EXCEPTION 'stream must not be null'
+            USING ERRCODE = 'null_value_not_allowed',
+                  HINT = 'Name a stream; see ordered_events.streams for the existing ones.';
+    END IF;
+    IF for_update THEN
+        SELECT * INTO d FROM ordered_events.stream_def s
+         WHERE s.stream = stream_or_error.stream FOR UPDATE;
+    ELSE
+        SELECT * INTO d FROM ordered_events.stream_def s
+         WHERE s.stream = stream_or_error.stream;
+    END IF;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'stream "%" does not exist', stream
             USING ERRCODE = 'undefined_object',
@@ -364,7 +360,7 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    old ordered_events.stream_def := ordered_events.stream_for_update(stream);
+    old ordered_events.stream_def := ordered_events.stream_or_error(stream, true);
     d ordered_events.stream_def := old;
 BEGIN
     d.gap_policy := coalesce(alter_stream.gap_policy, d.gap_policy);
@@ -403,7 +399,7 @@ BEGIN
      * can add an event to the stream after its rows are gone.
      */
     LOCK TABLE ordered_events.events IN SHARE ROW EXCLUSIVE MODE;
-    d := ordered_events.stream_for_update(stream);
+    d := ordered_events.stream_or_error(stream, true);
     -- ... and for a release step in progress, which would log its release.
     PERFORM FROM ordered_events.stream_progress p WHERE p.stream_id = d.stream_id FOR UPDATE;
     IF d.gap_policy = 'fence' THEN
@@ -578,22 +574,15 @@ LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
+    d ordered_events.stream_def := ordered_events.stream_or_error(stream);
     s record;
     hole record;
     run record;
     next_missing bigint;
 BEGIN
-    PERFORM ordered_events.check_stream_not_null(stream);
     SELECT d.stream_id, d.sequencing, d.initial_sequence, p.range_end,
            p.gap_start, p.gap_first_seen INTO s
-      FROM ordered_events.stream_def d
-      JOIN ordered_events.stream_progress p ON p.stream_id = d.stream_id
-     WHERE d.stream = gaps.stream;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'stream "%" does not exist', gaps.stream
-            USING ERRCODE = 'undefined_object',
-                  HINT = 'See ordered_events.streams for the existing streams.';
-    END IF;
+      FROM ordered_events.stream_progress p WHERE p.stream_id = d.stream_id;
 
     /*
      * A hole is missing before each arrived seq that does not follow the
@@ -709,18 +698,11 @@ LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
+    d ordered_events.stream_def := ordered_events.stream_or_error(stream);
     s record;
 BEGIN
-    PERFORM ordered_events.check_stream_not_null(stream);
-    SELECT d.stream_id, d.gap_policy, p.fence_xid INTO s
-      FROM ordered_events.stream_def d
-      JOIN ordered_events.stream_progress p ON p.stream_id = d.stream_id
-     WHERE d.stream = blockers.stream;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'stream "%" does not exist', blockers.stream
-            USING ERRCODE = 'undefined_object',
-                  HINT = 'See ordered_events.streams for the existing streams.';
-    END IF;
+    SELECT d.gap_policy, p.fence_xid INTO s
+      FROM ordered_events.stream_progress p WHERE p.stream_id = d.stream_id;
     IF NOT EXISTS (SELECT FROM ordered_events.gaps(blockers.stream)) THEN
         RETURN;                 -- nothing is missing: nothing blocks
     END IF;

@@ -276,28 +276,38 @@ oe_stream_or_error(text *name)
 	return stream;
 }
 
-/* Every stream of the database, by name, as a List of palloc'd OeStream. */
+/*
+ * Run a query whose first column is a stream name; returns the names, in
+ * the order of the query, allocated in result_context.
+ */
 List *
-oe_all_streams(void)
+oe_stream_names(const char *query, MemoryContext result_context)
 {
-	MemoryContext caller = CurrentMemoryContext;
 	List	   *names = NIL;
-	List	   *streams = NIL;
-	ListCell   *lc;
 
 	SPI_connect();
-	if (SPI_execute("SELECT stream FROM ordered_events.stream_def ORDER BY stream",
-					true, 0) != SPI_OK_SELECT)
-		elog(ERROR, "listing streams failed");
+	if (SPI_execute(query, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "listing streams failed: %s", query);
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{
 		char	   *name = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
-		MemoryContext spi = MemoryContextSwitchTo(caller);
+		MemoryContext spi = MemoryContextSwitchTo(result_context);
 
 		names = lappend(names, pstrdup(name));
 		MemoryContextSwitchTo(spi);
 	}
 	SPI_finish();
+	return names;
+}
+
+/* Every stream of the database, by name, as a List of palloc'd OeStream. */
+List *
+oe_all_streams(void)
+{
+	List	   *names = oe_stream_names("SELECT stream FROM ordered_events.stream_def "
+										"ORDER BY stream", CurrentMemoryContext);
+	List	   *streams = NIL;
+	ListCell   *lc;
 
 	foreach(lc, names)
 	{

@@ -129,6 +129,7 @@ extern const OeRelations *oe_relations(void);
 extern bool oe_lookup_stream(const char *name, OeStream *stream);
 extern OeStream oe_stream_or_error(text *name);
 extern List *oe_all_streams(void);
+extern List *oe_stream_names(const char *query, MemoryContext result_context);
 extern Datum oe_outcome_datum(OeOutcome outcome);
 extern const char *oe_outcome_name(OeOutcome outcome);
 

@@ -469,6 +469,51 @@ lane_scankeys(const Lane *lane, int64 from, ScanKey keys)
 	return n + 1;
 }
 
+/* A scan of a lane's events in seq order, from its range_end. */
+typedef struct LaneScan
+{
+	Relation	heap;
+	Relation	index;
+	TupleTableSlot *slot;
+	IndexScanDesc scan;
+} LaneScan;
+
+static void
+begin_lane_scan(LaneScan *ls, const Lane *lane, Snapshot snapshot)
+{
+	const OeRelations *rels = oe_relations();
+	ScanKeyData keys[3];
+	int			nkeys = lane_scankeys(lane, lane->range_end, keys);
+
+	ls->heap = table_open(lane->key ? rels->key_events : rels->events, AccessShareLock);
+	ls->index = index_open(lane->key ? rels->key_events_pkey : rels->events_pkey,
+						   AccessShareLock);
+	ls->slot = table_slot_create(ls->heap, NULL);
+	ls->scan = index_beginscan(ls->heap, ls->index, snapshot, nkeys, 0);
+	index_rescan(ls->scan, keys, nkeys, NULL, 0);
+}
+
+/* The next event's seq into *seq; false at the end. */
+static bool
+lane_scan_next(LaneScan *ls, int64 *seq)
+{
+	bool		isnull;
+
+	if (!index_getnext_slot(ls->scan, ForwardScanDirection, ls->slot))
+		return false;
+	*seq = DatumGetInt64(slot_getattr(ls->slot, Anum_oe_events_seq, &isnull));
+	return true;
+}
+
+static void
+end_lane_scan(LaneScan *ls)
+{
+	index_endscan(ls->scan);
+	ExecDropSingleTupleTableSlot(ls->slot);
+	index_close(ls->index, AccessShareLock);
+	table_close(ls->heap, AccessShareLock);
+}
+
 /*
  * Walk the lane's primary key from range_end in seq order with the given
  * snapshot, releasing at most "limit" consecutive events, passing skipped
@@ -477,25 +522,14 @@ lane_scankeys(const Lane *lane, int64 from, ScanKey keys)
 static void
 walk_lane(Lane *lane, int64 limit, Snapshot snapshot)
 {
-	const OeRelations *rels = oe_relations();
-	Relation	heap = table_open(lane->key ? rels->key_events : rels->events, AccessShareLock);
-	Relation	index = index_open(lane->key ? rels->key_events_pkey : rels->events_pkey,
-								   AccessShareLock);
-	TupleTableSlot *slot = table_slot_create(heap, NULL);
-	ScanKeyData keys[3];
-	int			nkeys = lane_scankeys(lane, lane->range_end, keys);
-	IndexScanDesc scan = index_beginscan(heap, index, snapshot, nkeys, 0);
+	LaneScan	ls;
 	ListCell   *next_run = list_head(lane->runs);
-	bool		have;
 	int64		seq = 0;
+	bool		have;
 	bool		isnull;
 
-#define FETCH() \
-	((have = index_getnext_slot(scan, ForwardScanDirection, slot)) ? \
-	 (seq = DatumGetInt64(slot_getattr(slot, Anum_oe_events_seq, &isnull)), true) : false)
-
-	index_rescan(scan, keys, nkeys, NULL, 0);
-	FETCH();
+	begin_lane_scan(&ls, lane, snapshot);
+	have = lane_scan_next(&ls, &seq);
 	while (!lane->last_event)
 	{
 		SkipRun    *run = NULL;
@@ -513,7 +547,7 @@ walk_lane(Lane *lane, int64 limit, Snapshot snapshot)
 		if (run != NULL && run->start <= lane->range_end)
 		{
 			while (have && seq <= run->end)
-				FETCH();
+				have = lane_scan_next(&ls, &seq);
 			lane->range_end = run->end + 1;
 			continue;
 		}
@@ -527,7 +561,7 @@ walk_lane(Lane *lane, int64 limit, Snapshot snapshot)
 				lane->more = true;
 				break;
 			}
-			ts = DatumGetTimestampTz(slot_getattr(slot, Anum_oe_events_event_ts, &isnull));
+			ts = DatumGetTimestampTz(slot_getattr(ls.slot, Anum_oe_events_event_ts, &isnull));
 
 			if (!lane->max_event_ts_valid || ts > lane->max_event_ts)
 			{
@@ -536,10 +570,10 @@ walk_lane(Lane *lane, int64 limit, Snapshot snapshot)
 			}
 			if (lane->key != NULL)
 				lane->last_event =
-					DatumGetBool(slot_getattr(slot, Anum_oe_key_events_last_event, &isnull));
+					DatumGetBool(slot_getattr(ls.slot, Anum_oe_key_events_last_event, &isnull));
 			lane->range_end++;
 			lane->released++;
-			FETCH();
+			have = lane_scan_next(&ls, &seq);
 			continue;
 		}
 
@@ -569,12 +603,7 @@ walk_lane(Lane *lane, int64 limit, Snapshot snapshot)
 			lane->range_end = skip_end + 1;
 		}
 	}
-#undef FETCH
-
-	index_endscan(scan);
-	ExecDropSingleTupleTableSlot(slot);
-	index_close(index, AccessShareLock);
-	table_close(heap, AccessShareLock);
+	end_lane_scan(&ls);
 }
 
 /*
@@ -1014,22 +1043,13 @@ declare_missing(Lane *lane, int64 from, int64 to, const char *reason)
 static int64
 declare_lost(Lane *lane, int64 through, const char *reason, Snapshot snapshot)
 {
-	const OeRelations *rels = oe_relations();
-	Relation	heap = table_open(lane->key ? rels->key_events : rels->events, AccessShareLock);
-	Relation	index = index_open(lane->key ? rels->key_events_pkey : rels->events_pkey,
-								   AccessShareLock);
-	TupleTableSlot *slot = table_slot_create(heap, NULL);
-	ScanKeyData keys[3];
-	int			nkeys = lane_scankeys(lane, lane->range_end, keys);
-	IndexScanDesc scan = index_beginscan(heap, index, snapshot, nkeys, 0);
+	LaneScan	ls;
 	int64		pos = lane->range_end;
+	int64		seq;
 
-	index_rescan(scan, keys, nkeys, NULL, 0);
-	while (pos <= through && index_getnext_slot(scan, ForwardScanDirection, slot))
+	begin_lane_scan(&ls, lane, snapshot);
+	while (pos <= through && lane_scan_next(&ls, &seq))
 	{
-		bool		isnull;
-		int64		seq = DatumGetInt64(slot_getattr(slot, Anum_oe_events_seq, &isnull));
-
 		CHECK_FOR_INTERRUPTS();
 		if (seq > pos)
 			declare_missing(lane, pos, Min(seq - 1, through), reason);
@@ -1037,11 +1057,7 @@ declare_lost(Lane *lane, int64 through, const char *reason, Snapshot snapshot)
 	}
 	if (pos <= through)
 		declare_missing(lane, pos, through, reason);
-
-	index_endscan(scan);
-	ExecDropSingleTupleTableSlot(slot);
-	index_close(index, AccessShareLock);
-	table_close(heap, AccessShareLock);
+	end_lane_scan(&ls);
 	return lane->skipped;
 }
 

@@ -393,32 +393,6 @@ check_extension_version(void)
 	SPI_finish();
 }
 
-/*
- * The streams that need a release step (see streams_with_work() in the
- * install script), the longest waiting first.  Returns stream names,
- * allocated in result_context.
- */
-static List *
-streams_with_work(MemoryContext result_context)
-{
-	List	   *names = NIL;
-
-	SPI_connect();
-	if (SPI_execute("SELECT stream FROM ordered_events.streams_with_work()",
-					true, 0) != SPI_OK_SELECT)
-		elog(ERROR, "listing the streams with work failed");
-	for (uint64 i = 0; i < SPI_processed; i++)
-	{
-		char	   *name = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
-		MemoryContext spi = MemoryContextSwitchTo(result_context);
-
-		names = lappend(names, pstrdup(name));
-		MemoryContextSwitchTo(spi);
-	}
-	SPI_finish();
-	return names;
-}
-
 /* Remember or forget that a stream is failing; true if that changed. */
 static bool
 note_stream_failing(const char *name, bool failing)
@@ -517,7 +491,9 @@ run_cycle(MemoryContext cycle_context)
 	if (installed)
 	{
 		check_extension_version();
-		streams = streams_with_work(cycle_context);
+		/* Those with work, the longest waiting first (see the install script). */
+		streams = oe_stream_names("SELECT stream FROM ordered_events.streams_with_work()",
+								  cycle_context);
 	}
 	PopActiveSnapshot();
 	CommitTransactionCommand();
