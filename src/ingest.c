@@ -420,6 +420,13 @@ oe_append(PG_FUNCTION_ARGS)
 	PG_RETURN_INT64(event.seq);
 }
 
+/* The stream of the previous row of an inbox statement. */
+typedef struct InboxStream
+{
+	text	   *name;
+	OeStream	stream;
+} InboxStream;
+
 /* Column numbers of the inbox view. */
 enum
 {
@@ -442,12 +449,13 @@ Datum
 oe_inbox_insert(PG_FUNCTION_ARGS)
 {
 	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+	InboxStream *last = fcinfo->flinfo->fn_extra;
 	HeapTuple	row;
-	TupleDesc	desc;
+	Datum		values[INBOX_LAST_EVENT];
+	bool		isnull[INBOX_LAST_EVENT];
+	text	   *name;
 	OeStream	stream;
 	OeEvent		event;
-	Datum		value;
-	bool		isnull;
 
 	if (!CALLED_AS_TRIGGER(fcinfo) ||
 		!TRIGGER_FIRED_INSTEAD(trigdata->tg_event) ||
@@ -455,35 +463,45 @@ oe_inbox_insert(PG_FUNCTION_ARGS)
 		elog(ERROR, "oe_inbox_insert: must be fired INSTEAD OF INSERT");
 
 	row = trigdata->tg_trigtuple;
-	desc = RelationGetDescr(trigdata->tg_relation);
-
-	value = heap_getattr(row, INBOX_STREAM, desc, &isnull);
-	if (isnull)
+	heap_deform_tuple(row, RelationGetDescr(trigdata->tg_relation), values, isnull);
+	if (isnull[INBOX_STREAM - 1])
 		oe_error_null_argument("stream");
-	stream = stream_for_ingest(DatumGetTextPP(value), false);
-
-	value = heap_getattr(row, INBOX_SEQ, desc, &isnull);
-	if (isnull)
+	if (isnull[INBOX_SEQ - 1])
 		oe_error_null_argument("seq");
-	event.seq = DatumGetInt64(value);
-
-	value = heap_getattr(row, INBOX_KEY, desc, &isnull);
-	if (isnull)
+	if (isnull[INBOX_KEY - 1])
 		oe_error_null_argument("key");
-	event.key = DatumGetTextPP(value);
 
-	value = heap_getattr(row, INBOX_PAYLOAD, desc, &isnull);
-	event.payload = isnull ? NULL : DatumGetJsonbP(value);
+	/*
+	 * The rows of one statement usually share their stream: look it up once.
+	 * The statement's transaction holds the lock that drop_stream() waits
+	 * for, so the stream cannot go away meanwhile.
+	 */
+	name = DatumGetTextPP(values[INBOX_STREAM - 1]);
+	if (last != NULL && VARSIZE_ANY(name) == VARSIZE_ANY(last->name) &&
+		memcmp(VARDATA_ANY(name), VARDATA_ANY(last->name), VARSIZE_ANY_EXHDR(name)) == 0)
+		stream = last->stream;
+	else
+	{
+		stream = stream_for_ingest(name, false);
+		if (last == NULL)
+			fcinfo->flinfo->fn_extra = last =
+				MemoryContextAllocZero(fcinfo->flinfo->fn_mcxt, sizeof(InboxStream));
+		else
+			pfree(last->name);
+		last->name = (text *) MemoryContextAlloc(fcinfo->flinfo->fn_mcxt, VARSIZE_ANY(name));
+		memcpy(last->name, name, VARSIZE_ANY(name));
+		last->stream = stream;
+	}
 
-	value = heap_getattr(row, INBOX_EVENT_TS, desc, &isnull);
-	event.event_ts = isnull ? GetCurrentTransactionStartTimestamp()
-		: DatumGetTimestampTz(value);
-
-	value = heap_getattr(row, INBOX_ALIGNMENT_TS, desc, &isnull);
-	event.alignment_ts = isnull ? GetCurrentTimestamp() : DatumGetTimestampTz(value);
-
-	value = heap_getattr(row, INBOX_LAST_EVENT, desc, &isnull);
-	event.last_event = isnull ? false : DatumGetBool(value);
+	event.seq = DatumGetInt64(values[INBOX_SEQ - 1]);
+	event.key = DatumGetTextPP(values[INBOX_KEY - 1]);
+	event.payload = isnull[INBOX_PAYLOAD - 1] ? NULL : DatumGetJsonbP(values[INBOX_PAYLOAD - 1]);
+	event.event_ts = isnull[INBOX_EVENT_TS - 1] ? GetCurrentTransactionStartTimestamp()
+		: DatumGetTimestampTz(values[INBOX_EVENT_TS - 1]);
+	event.alignment_ts = isnull[INBOX_ALIGNMENT_TS - 1] ? GetCurrentTimestamp()
+		: DatumGetTimestampTz(values[INBOX_ALIGNMENT_TS - 1]);
+	event.last_event = !isnull[INBOX_LAST_EVENT - 1] &&
+		DatumGetBool(values[INBOX_LAST_EVENT - 1]);
 
 	if (oe_ingest_event(&stream, &event) != OE_ACCEPTED)
 		return PointerGetDatum(NULL);
