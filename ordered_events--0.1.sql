@@ -568,9 +568,11 @@ SELECT coalesce(a.stream, r.stream) AS stream,
 COMMENT ON VIEW ordered_events.key_status IS
     'Processing status of every key (Apache Beam''s OrderedProcessingStatus)';
 
+-- gaps() and blockers() run as the owner, so that a role that may read
+-- stream_stats (which calls gaps()) needs no rights on the internal tables.
 CREATE FUNCTION ordered_events.gaps(stream text)
 RETURNS TABLE (key text, gap_start bigint, gap_end bigint, first_seen timestamptz)
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -694,7 +696,7 @@ COMMENT ON VIEW ordered_events.skipped_gaps IS
 
 CREATE FUNCTION ordered_events.blockers(stream text)
 RETURNS TABLE (pid integer, xid xid, state text, xact_start timestamptz, query text)
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
