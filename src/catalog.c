@@ -175,6 +175,21 @@ oe_outcome_name(OeOutcome outcome)
 	return outcome_names[outcome];
 }
 
+/*
+ * Prepare an SPI statement and keep it for the life of the backend (the
+ * plan cache replans it after invalidations).  Call inside SPI_connect().
+ */
+SPIPlanPtr
+oe_prepare_kept(const char *query, int nargs, Oid *argtypes)
+{
+	SPIPlanPtr	plan = SPI_prepare(query, nargs, argtypes);
+
+	if (plan == NULL)
+		elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
+	SPI_keepplan(plan);
+	return plan;
+}
+
 /* Read one stream definition with the latest snapshot; false if missing. */
 static bool
 read_stream(const char *name, OeStream *stream)
@@ -187,16 +202,14 @@ read_stream(const char *name, OeStream *stream)
 	{
 		Oid			argtype = TEXTOID;
 
-		stream_plan = SPI_prepare("SELECT d.stream_id, d.sequencing = 'per_key', "
-								  "d.initial_sequence, d.max_release_batch, d.gap_policy, "
-								  "(SELECT max(g.gap_end) FROM ordered_events.gap_skips g "
-								  " WHERE g.stream_id = d.stream_id), "
-								  "pg_catalog.to_regclass('ordered_events.fence_seq_' || d.stream_id) "
-								  "FROM ordered_events.stream_def d WHERE d.stream = $1",
-								  1, &argtype);
-		if (stream_plan == NULL)
-			elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
-		SPI_keepplan(stream_plan);
+		stream_plan = oe_prepare_kept(
+			"SELECT d.stream_id, d.sequencing = 'per_key', "
+			"d.initial_sequence, d.max_release_batch, d.gap_policy, "
+			"(SELECT max(g.gap_end) FROM ordered_events.gap_skips g "
+			" WHERE g.stream_id = d.stream_id), "
+			"pg_catalog.to_regclass('ordered_events.fence_seq_' || d.stream_id) "
+			"FROM ordered_events.stream_def d WHERE d.stream = $1",
+			1, &argtype);
 	}
 	if (SPI_execute_snapshot(stream_plan, &arg, NULL, GetLatestSnapshot(),
 							 InvalidSnapshot, true, false, 1) != SPI_OK_SELECT)

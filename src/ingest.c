@@ -4,7 +4,7 @@
  *	  Writing events: ingest() for one event, the inbox view's INSTEAD OF
  *	  trigger for INSERT ... SELECT, multi-row VALUES and COPY.
  *
- * Both paths go through oe_ingest_event(), which classifies the event and
+ * Both paths go through ingest_event(), which classifies the event and
  * inserts it: into ordered_events.events (global streams) or key_events plus
  * key_arrivals (per-key streams) when it is accepted, directly (see
  * table_insert.c); into ordered_events.unprocessed, through SPI, otherwise.
@@ -48,17 +48,6 @@
 
 static SPIPlanPtr skipped_plan = NULL;
 static SPIPlanPtr insert_unprocessed_plan = NULL;
-
-static SPIPlanPtr
-prepare_kept(const char *query, int nargs, Oid *argtypes)
-{
-	SPIPlanPtr	plan = SPI_prepare(query, nargs, argtypes);
-
-	if (plan == NULL)
-		elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
-	SPI_keepplan(plan);
-	return plan;
-}
 
 /* An event as a row of events (7 columns) or key_events (8 columns). */
 static void
@@ -177,7 +166,7 @@ skip_reason(const OeStream *stream, const OeEvent *event)
 	{
 		Oid			argtypes[3] = {INT4OID, TEXTOID, INT8OID};
 
-		skipped_plan = prepare_kept(
+		skipped_plan = oe_prepare_kept(
 			"SELECT reason FROM ordered_events.gap_skips "
 			"WHERE stream_id = $1 AND key IS NOT DISTINCT FROM $2 "
 			"AND gap_end >= $3 AND gap_start <= $3 LIMIT 1",
@@ -214,7 +203,7 @@ insert_unprocessed(const OeStream *stream, const OeEvent *event,
 			TEXTOID, INT8OID, TEXTOID, JSONBOID, TIMESTAMPTZOID, TEXTOID, TEXTOID
 		};
 
-		insert_unprocessed_plan = prepare_kept(
+		insert_unprocessed_plan = oe_prepare_kept(
 			"INSERT INTO ordered_events.unprocessed "
 			"(stream, seq, key, payload, event_ts, reason, detail) "
 			"VALUES ($1, $2, $3, $4, $5, $6::ordered_events.outcome, $7)",
@@ -241,8 +230,8 @@ insert_unprocessed(const OeStream *stream, const OeEvent *event,
  * caller has locked the events table (see the banner) and looked the stream
  * up after that.  Returns what happened to the event.
  */
-OeOutcome
-oe_ingest_event(const OeStream *stream, const OeEvent *event)
+static OeOutcome
+ingest_event(const OeStream *stream, const OeEvent *event)
 {
 	OeOutcome	outcome;
 	char	   *detail = NULL;
@@ -291,8 +280,8 @@ oe_ingest_event(const OeStream *stream, const OeEvent *event)
 	return outcome;
 }
 
-void
-oe_error_null_argument(const char *name)
+static void
+error_null_argument(const char *name)
 {
 	ereport(ERROR,
 			(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
@@ -362,11 +351,11 @@ oe_ingest(PG_FUNCTION_ARGS)
 	OeEvent		event;
 
 	if (PG_ARGISNULL(0))
-		oe_error_null_argument("stream");
+		error_null_argument("stream");
 	if (PG_ARGISNULL(1))
-		oe_error_null_argument("seq");
+		error_null_argument("seq");
 	if (PG_ARGISNULL(2))
-		oe_error_null_argument("key");
+		error_null_argument("key");
 
 	event.seq = PG_GETARG_INT64(1);
 	event.key = PG_GETARG_TEXT_PP(2);
@@ -378,7 +367,7 @@ oe_ingest(PG_FUNCTION_ARGS)
 	event.last_event = PG_ARGISNULL(6) ? false : PG_GETARG_BOOL(6);
 
 	stream = stream_for_ingest(PG_GETARG_TEXT_PP(0), false);
-	PG_RETURN_DATUM(oe_outcome_datum(oe_ingest_event(&stream, &event)));
+	PG_RETURN_DATUM(oe_outcome_datum(ingest_event(&stream, &event)));
 }
 
 /*
@@ -397,9 +386,9 @@ oe_append(PG_FUNCTION_ARGS)
 	OeOutcome	outcome;
 
 	if (PG_ARGISNULL(0))
-		oe_error_null_argument("stream");
+		error_null_argument("stream");
 	if (PG_ARGISNULL(1))
-		oe_error_null_argument("key");
+		error_null_argument("key");
 
 	event.key = PG_GETARG_TEXT_PP(1);
 	event.payload = PG_ARGISNULL(2) ? NULL : PG_GETARG_JSONB_P(2);
@@ -413,7 +402,7 @@ oe_append(PG_FUNCTION_ARGS)
 	(void) GetTopTransactionId();
 	event.seq = nextval_internal(stream.fence_seq, false);
 
-	outcome = oe_ingest_event(&stream, &event);
+	outcome = ingest_event(&stream, &event);
 	if (outcome != OE_ACCEPTED)
 		elog(ERROR, "seq " INT64_FORMAT " allocated for stream \"%s\" was not accepted: %s",
 			 event.seq, stream.name, oe_outcome_name(outcome));
@@ -465,11 +454,11 @@ oe_inbox_insert(PG_FUNCTION_ARGS)
 	row = trigdata->tg_trigtuple;
 	heap_deform_tuple(row, RelationGetDescr(trigdata->tg_relation), values, isnull);
 	if (isnull[INBOX_STREAM - 1])
-		oe_error_null_argument("stream");
+		error_null_argument("stream");
 	if (isnull[INBOX_SEQ - 1])
-		oe_error_null_argument("seq");
+		error_null_argument("seq");
 	if (isnull[INBOX_KEY - 1])
-		oe_error_null_argument("key");
+		error_null_argument("key");
 
 	/*
 	 * The rows of one statement usually share their stream: look it up once.
@@ -503,7 +492,7 @@ oe_inbox_insert(PG_FUNCTION_ARGS)
 	event.last_event = !isnull[INBOX_LAST_EVENT - 1] &&
 		DatumGetBool(values[INBOX_LAST_EVENT - 1]);
 
-	if (oe_ingest_event(&stream, &event) != OE_ACCEPTED)
+	if (ingest_event(&stream, &event) != OE_ACCEPTED)
 		return PointerGetDatum(NULL);
 	return PointerGetDatum(row);
 }

@@ -14,6 +14,7 @@
 #include "postgres.h"
 
 #include "datatype/timestamp.h"
+#include "executor/spi.h"
 #include "nodes/pg_list.h"
 #include "storage/latch.h"
 #include "storage/lwlock.h"
@@ -124,6 +125,7 @@ extern int	oe_naptime;
 extern bool oe_enabled;
 
 /* catalog.c */
+extern SPIPlanPtr oe_prepare_kept(const char *query, int nargs, Oid *argtypes);
 extern void oe_catalog_init(void);
 extern const OeRelations *oe_relations(void);
 extern bool oe_lookup_stream(const char *name, OeStream *stream);
@@ -134,8 +136,6 @@ extern Datum oe_outcome_datum(OeOutcome outcome);
 extern const char *oe_outcome_name(OeOutcome outcome);
 
 /* ingest.c */
-extern OeOutcome oe_ingest_event(const OeStream *stream, const OeEvent *event);
-extern void oe_error_null_argument(const char *name);
 extern void oe_check_key(const OeStream *stream, text *key, const int64 *seq);
 
 /* table_insert.c */
@@ -149,7 +149,6 @@ extern int64 oe_release_stream(const OeStream *stream);
 extern OeShared *oe_shared;
 extern void oe_shmem_init(void);
 extern void oe_note_events_written(void);
-extern void oe_wake_worker(Oid dboid);
 
 /* worker.c */
 extern void oe_worker_init(void);

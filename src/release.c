@@ -294,15 +294,8 @@ run_plan(int plan, Datum *values, const char *nulls, int expected)
 	int			rc;
 
 	if (plans[plan] == NULL)
-	{
-		SPIPlanPtr	p = SPI_prepare(plan_sql[plan], plan_nargs[plan],
-									(Oid *) plan_argtypes[plan]);
-
-		if (p == NULL)
-			elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
-		SPI_keepplan(p);
-		plans[plan] = p;
-	}
+		plans[plan] = oe_prepare_kept(plan_sql[plan], plan_nargs[plan],
+									  (Oid *) plan_argtypes[plan]);
 	rc = SPI_execute_plan(plans[plan], values, nulls, false, 0);
 	if (rc != expected)
 		elog(ERROR, "release step failed: %s", SPI_result_code_string(rc));
@@ -760,14 +753,12 @@ release_global(OeStream *stream)
 {
 	Lane		lane;
 	int64		start;
-	bool		fence_was_set;
 
 	if (!lock_stream(stream, &lane))
 		return 0;
 	settle_runs(stream);
 	load_runs(&lane);
 	start = lane.range_end;
-	fence_was_set = lane.has_fence;
 
 	/*
 	 * Walk with a snapshot taken after the lock, so that it sees the
@@ -786,9 +777,11 @@ release_global(OeStream *stream)
 	}
 
 	add_runs(&lane);
-	/* Write only when something changed. */
-	if (lane.range_end != start || lane.fence_recorded || gap_changed(&lane) ||
-		(!lane.gap && fence_was_set))
+	/*
+	 * Write only when something changed.  A stored fence always comes with
+	 * a stored gap, so a fence to forget is a gap that changed.
+	 */
+	if (lane.range_end != start || lane.fence_recorded || gap_changed(&lane))
 		save_global_lane(&lane);
 	return lane.released;
 }

@@ -63,11 +63,28 @@ shmem_startup(void)
 	LWLockRelease(AddinShmemInitLock);
 }
 
+/* Set the latch of the worker serving a database, if it has one. */
+static void
+wake_worker(Oid dboid)
+{
+	if (oe_shared == NULL)
+		return;
+	LWLockAcquire(oe_shared->lock, LW_SHARED);
+	for (int i = 0; i < OE_MAX_DATABASES; i++)
+	{
+		OeWorkerSlot *slot = &oe_shared->slots[i];
+
+		if (slot->in_use && slot->dboid == dboid && slot->latch != NULL)
+			SetLatch(slot->latch);
+	}
+	LWLockRelease(oe_shared->lock);
+}
+
 static void
 wake_at_commit(XactEvent event, void *arg)
 {
 	if (event == XACT_EVENT_COMMIT && events_written)
-		oe_wake_worker(MyDatabaseId);
+		wake_worker(MyDatabaseId);
 	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT ||
 		event == XACT_EVENT_PARALLEL_COMMIT || event == XACT_EVENT_PARALLEL_ABORT ||
 		event == XACT_EVENT_PREPARE)
@@ -96,23 +113,6 @@ void
 oe_note_events_written(void)
 {
 	events_written = true;
-}
-
-/* Set the latch of the worker serving a database, if it has one. */
-void
-oe_wake_worker(Oid dboid)
-{
-	if (oe_shared == NULL)
-		return;
-	LWLockAcquire(oe_shared->lock, LW_SHARED);
-	for (int i = 0; i < OE_MAX_DATABASES; i++)
-	{
-		OeWorkerSlot *slot = &oe_shared->slots[i];
-
-		if (slot->in_use && slot->dboid == dboid && slot->latch != NULL)
-			SetLatch(slot->latch);
-	}
-	LWLockRelease(oe_shared->lock);
 }
 
 /*
