@@ -30,6 +30,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,6 +106,36 @@ pct(const double *v, int n, double p)
 	return v[rank - 1];
 }
 
+/* The latencies of the measured trials, and the timeouts. */
+typedef struct Trials
+{
+	double	   *lat;
+	int			n;
+	int			timeouts;
+	int			in_a_row;		/* consecutive timeouts */
+} Trials;
+
+/*
+ * Record trial number t (t1 < 0: it timed out after timeout_ms); warm-up
+ * trials are not kept.  Returns false after three timeouts in a row.
+ */
+static bool
+record_trial(Trials *tr, int t, int warmup, double t0, double t1, double timeout_ms)
+{
+	if (t1 < 0)
+	{
+		tr->timeouts++;
+		t1 = t0 + timeout_ms;
+		if (++tr->in_a_row >= 3)
+			return false;
+	}
+	else
+		tr->in_a_row = 0;
+	if (t >= warmup)
+		tr->lat[tr->n++] = t1 - t0;
+	return true;
+}
+
 static void
 summarize(double *lat, int n, int timeouts, const char *samples_file)
 {
@@ -173,11 +204,8 @@ run_notify(int argc, char **argv)
 	const char *stream;
 	long long	seq;
 	int			trials,
-				warmup,
-				n = 0,
-				timeouts = 0,
-				in_a_row = 0;
-	double	   *lat;
+				warmup;
+	Trials		tr = {0};
 	PGconn	   *listener,
 			   *producer;
 	const char *ingest = "SELECT ordered_events.ingest($1, $2::bigint, 'k', '{\"n\": 1}')::text";
@@ -191,7 +219,7 @@ run_notify(int argc, char **argv)
 	seq = atoll(argv[3]);
 	trials = atoi(argv[4]);
 	warmup = atoi(argv[5]);
-	lat = calloc(trials, sizeof(double));
+	tr.lat = calloc(trials, sizeof(double));
 
 	listener = connect_db();
 	producer = connect_db();
@@ -229,22 +257,13 @@ run_notify(int argc, char **argv)
 		PQclear(res);
 
 		t1 = wait_notify(listener, stream, seq + 2, t0 + 10000);
-		if (t1 < 0)
+		if (!record_trial(&tr, t, warmup, t0, t1, 10000))
 		{
-			timeouts++;
-			t1 = t0 + 10000;
-			if (++in_a_row >= 3)
-			{
-				fprintf(stderr, "latency_client: no NOTIFY for 3 trials in a row: is the worker running?\n");
-				return 2;
-			}
+			fprintf(stderr, "latency_client: no NOTIFY for 3 trials in a row: is the worker running?\n");
+			return 2;
 		}
-		else
-			in_a_row = 0;
-		if (t >= warmup)
-			lat[n++] = t1 - t0;
 	}
-	summarize(lat, n, timeouts, argv[6]);
+	summarize(tr.lat, tr.n, tr.timeouts, argv[6]);
 	PQfinish(listener);
 	PQfinish(producer);
 	return 0;
@@ -258,11 +277,8 @@ run_pgq(int argc, char **argv)
 	int			trials,
 				warmup,
 				spacing_ms,
-				poll_ms,
-				n = 0,
-				timeouts = 0,
-				in_a_row = 0;
-	double	   *lat;
+				poll_ms;
+	Trials		tr = {0};
 	PGconn	   *cons,
 			   *producer;
 
@@ -277,7 +293,7 @@ run_pgq(int argc, char **argv)
 	warmup = atoi(argv[5]);
 	spacing_ms = atoi(argv[7]);
 	poll_ms = atoi(argv[8]);
-	lat = calloc(trials, sizeof(double));
+	tr.lat = calloc(trials, sizeof(double));
 	srandom((unsigned) getpid());
 
 	cons = connect_db();
@@ -328,22 +344,13 @@ run_pgq(int argc, char **argv)
 				PQclear(exec_ok(cons, "SELECT pgq.finish_batch($1::bigint)", 1, p_batch));
 			}
 		}
-		if (t1 < 0)
+		if (!record_trial(&tr, t, warmup, t0, t1, 30000))
 		{
-			timeouts++;
-			t1 = t0 + 30000;
-			if (++in_a_row >= 3)
-			{
-				fprintf(stderr, "latency_client: no batch for 3 trials in a row: is pgqd running?\n");
-				return 2;
-			}
+			fprintf(stderr, "latency_client: no batch for 3 trials in a row: is pgqd running?\n");
+			return 2;
 		}
-		else
-			in_a_row = 0;
-		if (t >= warmup)
-			lat[n++] = t1 - t0;
 	}
-	summarize(lat, n, timeouts, argv[6]);
+	summarize(tr.lat, tr.n, tr.timeouts, argv[6]);
 	PQfinish(cons);
 	PQfinish(producer);
 	return 0;
