@@ -219,6 +219,7 @@ reconcile_workers(void)
 	char	   *raw = pstrdup(oe_enabled ? oe_databases : "");
 	List	   *names = NIL;
 	Oid			oids[OE_MAX_DATABASES];
+	bool		dropping[OE_MAX_DATABASES];
 	int			nnames = 0;
 	ListCell   *lc;
 
@@ -242,7 +243,10 @@ reconcile_workers(void)
 					 errhint("Shorten ordered_events.databases.")));
 			break;
 		}
-		oids[nnames++] = database_oid(lfirst(lc));
+		oids[nnames] = database_oid(lfirst(lc));
+		dropping[nnames] = OidIsValid(oids[nnames]) &&
+			database_is_being_dropped(oids[nnames]);
+		nnames++;
 	}
 	CommitTransactionCommand();
 
@@ -294,7 +298,7 @@ reconcile_workers(void)
 		/* Restart a failing worker at most once a second. */
 		if (!TimestampDifferenceExceeds(last_start[slotno], GetCurrentTimestamp(), 1000))
 			continue;
-		if (database_is_being_dropped(oids[j]))
+		if (dropping[j])
 			continue;
 		oe_shared->slots[slotno].dropping = false;
 		if (handles[slotno] != NULL)
