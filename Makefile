@@ -9,6 +9,7 @@ MODULE_big = ordered_events
 OBJS = \
 	src/catalog.o \
 	src/ingest.o \
+	src/internal_query.o \
 	src/ordered_events.o \
 	src/release.o \
 	src/shmem.o \

@@ -5,12 +5,20 @@
  *	  and the stream definitions.
  *
  * The hot paths (ingest, release) must not look a stream up in a table on
- * every call.  Every backend caches what it has read; a statement trigger on
- * ordered_events.stream_def sends a relcache invalidation for that table at
- * commit of any change, and our relcache callback then marks the whole cache
- * stale.  The callback may run at any lock acquisition, so it only sets a
- * flag: the cache is rebuilt at the start of the next lookup, and lookups
- * hand out copies, never pointers into the hash table.
+ * every call.  Every backend caches what it has read.  A statement trigger
+ * on ordered_events.stream_def (and gap_skips) sends a relcache
+ * invalidation for stream_def at commit of any change; an invalidation of
+ * any of our relations (REINDEX CONCURRENTLY gives an index a new OID, DROP
+ * EXTENSION removes them all) or a cache reset bumps cache_epoch, and the
+ * whole cache is rebuilt at the start of the next lookup.  The callback may
+ * run at any lock acquisition, so it only bumps the counter.
+ *
+ * A rebuild is atomic: the new relation OIDs and an empty stream hash are
+ * built aside and swapped in only when complete, so an error in the middle
+ * (the extension was dropped) leaves the old cache, still marked stale.  An
+ * invalidation that arrives during a rebuild or a stream read makes the
+ * caller go round again.  Lookups hand out copies, never pointers into the
+ * hash table.
  *
  * A stream missing from the cache is read with the latest snapshot, so a
  * backend that waited for a concurrent drop_stream() sees the drop.
@@ -21,10 +29,14 @@
 
 #include "access/htup_details.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_class.h"
 #include "catalog/pg_enum.h"
+#include "catalog/pg_extension.h"
 #include "catalog/pg_type.h"
+#include "commands/extension.h"
 #include "commands/trigger.h"
 #include "executor/spi.h"
+#include "storage/lmgr.h"
 #include "utils/builtins.h"
 #include "utils/hsearch.h"
 #include "utils/inval.h"
@@ -42,17 +54,29 @@ static const char *const outcome_names[OE_NUM_OUTCOMES] = {
 	"gap_skipped",
 };
 
-static bool cache_stale = true;
+static uint64 cache_epoch = 1;	/* bumped by each invalidation that concerns us */
+static uint64 built_epoch = 0;	/* the epoch the cache was built in */
 static OeRelations relations;
+static OeRelations building;	/* a rebuild in progress: its OIDs count too */
 static Oid	outcome_oids[OE_NUM_OUTCOMES];
 static HTAB *stream_cache = NULL;
 static SPIPlanPtr stream_plan = NULL;
 
+static bool
+is_our_relation(const OeRelations *rels, Oid relid)
+{
+	return relid == rels->events || relid == rels->events_pkey ||
+		relid == rels->key_events || relid == rels->key_events_pkey ||
+		relid == rels->key_events_last_event_idx || relid == rels->key_arrivals ||
+		relid == rels->stream_def;
+}
+
 static void
 relcache_callback(Datum arg, Oid relid)
 {
-	if (relid == InvalidOid || relid == relations.stream_def)
-		cache_stale = true;
+	if (relid == InvalidOid || is_our_relation(&relations, relid) ||
+		is_our_relation(&building, relid))
+		cache_epoch++;
 }
 
 void
@@ -69,6 +93,28 @@ relation_oid(Oid schema, const char *name)
 	if (!OidIsValid(relid))
 		elog(ERROR, "relation %s.%s is missing", OE_SCHEMA, name);
 	return relid;
+}
+
+static Oid
+relation_owner(Oid relid)
+{
+	HeapTuple	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+	Oid			owner;
+
+	if (!HeapTupleIsValid(tuple))
+		elog(ERROR, "cache lookup failed for relation %u", relid);
+	owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
+	ReleaseSysCache(tuple);
+	return owner;
+}
+
+static void
+error_not_installed(void)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("extension \"ordered_events\" is not installed in this database"),
+			 errhint("Run CREATE EXTENSION ordered_events.")));
 }
 
 /* Fail if an events table does not have the columns the C code assumes. */
@@ -95,64 +141,95 @@ check_events_columns(Oid events)
 				 columns[i].name, OE_SCHEMA, get_rel_name(events), columns[i].attnum);
 }
 
-/* Rebuild the cache if an invalidation arrived since it was built. */
+/* Read the OIDs of the extension's objects into *rels and outcomes[]. */
 static void
-refresh_cache(void)
+read_relations(OeRelations *rels, Oid *outcomes)
 {
-	HASHCTL		ctl;
 	Oid			schema;
 
-	if (!cache_stale)
-		return;
-	/* Cleared first: an invalidation during the rebuild marks it again. */
-	cache_stale = false;
-
-	if (stream_cache != NULL)
-	{
-		hash_destroy(stream_cache);
-		stream_cache = NULL;
-	}
-	memset(&relations, 0, sizeof(relations));
-
+	memset(rels, 0, sizeof(*rels));
+	rels->extension = get_extension_oid("ordered_events", true);
 	schema = get_namespace_oid(OE_SCHEMA, true);
-	if (!OidIsValid(schema))
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("extension \"ordered_events\" is not installed in this database"),
-				 errhint("Run CREATE EXTENSION ordered_events.")));
+	if (!OidIsValid(rels->extension) || !OidIsValid(schema))
+		error_not_installed();
 
-	relations.events = relation_oid(schema, "events");
-	relations.events_pkey = relation_oid(schema, "events_pkey");
-	relations.key_events = relation_oid(schema, "key_events");
-	relations.key_events_pkey = relation_oid(schema, "key_events_pkey");
-	relations.key_events_last_event_idx = relation_oid(schema, "key_events_last_event_idx");
-	relations.key_arrivals = relation_oid(schema, "key_arrivals");
-	relations.stream_def = relation_oid(schema, "stream_def");
-	relations.outcome_type = GetSysCacheOid2(TYPENAMENSP, Anum_pg_type_oid,
-											 CStringGetDatum("outcome"),
-											 ObjectIdGetDatum(schema));
-	check_events_columns(relations.events);
-	check_events_columns(relations.key_events);
-	if (get_attnum(relations.key_events, "last_event") != Anum_oe_key_events_last_event)
+	rels->events = relation_oid(schema, "events");
+	rels->events_pkey = relation_oid(schema, "events_pkey");
+	rels->key_events = relation_oid(schema, "key_events");
+	rels->key_events_pkey = relation_oid(schema, "key_events_pkey");
+	rels->key_events_last_event_idx = relation_oid(schema, "key_events_last_event_idx");
+	rels->key_arrivals = relation_oid(schema, "key_arrivals");
+	rels->stream_def = relation_oid(schema, "stream_def");
+	rels->owner = relation_owner(rels->stream_def);
+	rels->outcome_type = GetSysCacheOid2(TYPENAMENSP, Anum_pg_type_oid,
+										 CStringGetDatum("outcome"),
+										 ObjectIdGetDatum(schema));
+	check_events_columns(rels->events);
+	check_events_columns(rels->key_events);
+	if (get_attnum(rels->key_events, "last_event") != Anum_oe_key_events_last_event)
 		elog(ERROR, "column last_event of %s.key_events is not at position %d",
 			 OE_SCHEMA, Anum_oe_key_events_last_event);
 
 	for (int i = 0; i < OE_NUM_OUTCOMES; i++)
 	{
-		outcome_oids[i] = GetSysCacheOid2(ENUMTYPOIDNAME, Anum_pg_enum_oid,
-										  ObjectIdGetDatum(relations.outcome_type),
-										  CStringGetDatum(outcome_names[i]));
-		if (!OidIsValid(outcome_oids[i]))
+		outcomes[i] = GetSysCacheOid2(ENUMTYPOIDNAME, Anum_pg_enum_oid,
+									  ObjectIdGetDatum(rels->outcome_type),
+									  CStringGetDatum(outcome_names[i]));
+		if (!OidIsValid(outcomes[i]))
 			elog(ERROR, "label \"%s\" of %s.outcome is missing",
 				 outcome_names[i], OE_SCHEMA);
 	}
+}
 
-	memset(&ctl, 0, sizeof(ctl));
-	ctl.keysize = NAMEDATALEN;
-	ctl.entrysize = sizeof(OeStream);
-	ctl.hcxt = CacheMemoryContext;
-	stream_cache = hash_create("ordered_events streams", 16, &ctl,
-							   HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
+/*
+ * Rebuild the cache if an invalidation arrived since it was built; see the
+ * banner.  On error the old cache stays, and stays stale.
+ */
+static void
+refresh_cache(void)
+{
+	while (built_epoch != cache_epoch)
+	{
+		uint64		epoch = cache_epoch;
+		Oid			outcomes[OE_NUM_OUTCOMES];
+		HASHCTL		ctl;
+		HTAB	   *streams;
+
+		read_relations(&building, outcomes);
+
+		memset(&ctl, 0, sizeof(ctl));
+		ctl.keysize = NAMEDATALEN;
+		ctl.entrysize = sizeof(OeStream);
+		ctl.hcxt = CacheMemoryContext;
+		streams = hash_create("ordered_events streams", 16, &ctl,
+							  HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
+
+		/* Complete: swap it in. */
+		relations = building;
+		memset(&building, 0, sizeof(building));
+		memcpy(outcome_oids, outcomes, sizeof(outcome_oids));
+		if (stream_cache != NULL)
+			hash_destroy(stream_cache);
+		stream_cache = streams;
+		built_epoch = epoch;
+	}
+}
+
+/*
+ * Lock the extension against DROP EXTENSION until the transaction ends;
+ * false if it is not installed (or was dropped while we waited).  Taken
+ * before any of our tables, DROP EXTENSION waits for the holder instead of
+ * deadlocking with it.
+ */
+bool
+oe_lock_extension(void)
+{
+	Oid			extension = get_extension_oid("ordered_events", true);
+
+	if (!OidIsValid(extension))
+		return false;
+	LockDatabaseObject(ExtensionRelationId, extension, 0, AccessShareLock);
+	return get_extension_oid("ordered_events", true) == extension;
 }
 
 const OeRelations *
@@ -175,29 +252,15 @@ oe_outcome_name(OeOutcome outcome)
 	return outcome_names[outcome];
 }
 
-/*
- * Prepare an SPI statement and keep it for the life of the backend (the
- * plan cache replans it after invalidations).  Call inside SPI_connect().
- */
-SPIPlanPtr
-oe_prepare_kept(const char *query, int nargs, Oid *argtypes)
-{
-	SPIPlanPtr	plan = SPI_prepare(query, nargs, argtypes);
-
-	if (plan == NULL)
-		elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
-	SPI_keepplan(plan);
-	return plan;
-}
-
 /* Read one stream definition with the latest snapshot; false if missing. */
 static bool
 read_stream(const char *name, OeStream *stream)
 {
 	Datum		arg = CStringGetTextDatum(name);
+	OeInternalScope scope;
 	bool		found;
 
-	SPI_connect();
+	oe_internal_begin(&scope);
 	if (stream_plan == NULL)
 	{
 		Oid			argtype = TEXTOID;
@@ -207,7 +270,7 @@ read_stream(const char *name, OeStream *stream)
 			"d.initial_sequence, d.max_release_batch, d.gap_policy, "
 			"(SELECT max(g.gap_end) FROM ordered_events.gap_skips g "
 			" WHERE g.stream_id = d.stream_id), "
-			"pg_catalog.to_regclass('ordered_events.fence_seq_' || d.stream_id) "
+			"pg_catalog.to_regclass(pg_catalog.format('ordered_events.fence_seq_%s', d.stream_id)) "
 			"FROM ordered_events.stream_def d WHERE d.stream = $1",
 			1, &argtype);
 	}
@@ -238,7 +301,7 @@ read_stream(const char *name, OeStream *stream)
 		value = SPI_getbinval(tuple, desc, 7, &isnull);
 		stream->fence_seq = isnull ? InvalidOid : DatumGetObjectId(value);
 	}
-	SPI_finish();
+	oe_internal_end(&scope);
 	return found;
 }
 
@@ -249,28 +312,32 @@ read_stream(const char *name, OeStream *stream)
 bool
 oe_lookup_stream(const char *name, OeStream *stream)
 {
-	OeStream   *entry;
-	bool		found;
-
-	refresh_cache();
 	if (strlen(name) >= NAMEDATALEN)
 		return false;			/* longer than any valid stream name */
 
-	entry = hash_search(stream_cache, name, HASH_FIND, NULL);
-	if (entry != NULL)
+	for (;;)
 	{
-		*stream = *entry;
-		return true;
+		OeStream   *entry;
+		uint64		epoch;
+		bool		found;
+
+		refresh_cache();
+		entry = hash_search(stream_cache, name, HASH_FIND, NULL);
+		if (entry != NULL)
+		{
+			*stream = *entry;
+			return true;
+		}
+
+		epoch = cache_epoch;
+		found = read_stream(name, stream);
+		refresh_cache();
+		if (epoch != cache_epoch)
+			continue;			/* invalidated while we read: read again */
+		if (found)
+			*(OeStream *) hash_search(stream_cache, name, HASH_ENTER, NULL) = *stream;
+		return found;
 	}
-
-	if (!read_stream(name, stream))
-		return false;
-
-	/* read_stream() took locks, so an invalidation may have replaced the cache. */
-	refresh_cache();
-	entry = hash_search(stream_cache, name, HASH_ENTER, &found);
-	*entry = *stream;
-	return true;
 }
 
 /* Look a stream up by name, or raise undefined_object. */
@@ -297,8 +364,9 @@ List *
 oe_stream_names(const char *query, MemoryContext result_context)
 {
 	List	   *names = NIL;
+	OeInternalScope scope;
 
-	SPI_connect();
+	oe_internal_begin(&scope);
 	if (SPI_execute(query, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "listing streams failed: %s", query);
 	for (uint64 i = 0; i < SPI_processed; i++)
@@ -309,7 +377,7 @@ oe_stream_names(const char *query, MemoryContext result_context)
 		names = lappend(names, pstrdup(name));
 		MemoryContextSwitchTo(spi);
 	}
-	SPI_finish();
+	oe_internal_end(&scope);
 	return names;
 }
 

@@ -160,8 +160,9 @@ skip_reason(const OeStream *stream, const OeEvent *event)
 	Datum		values[3];
 	char		nulls[3] = {' ', ' ', ' '};
 	char	   *reason = NULL;
+	OeInternalScope scope;
 
-	SPI_connect();
+	oe_internal_begin(&scope);
 	if (skipped_plan == NULL)
 	{
 		Oid			argtypes[3] = {INT4OID, TEXTOID, INT8OID};
@@ -184,7 +185,7 @@ skip_reason(const OeStream *stream, const OeEvent *event)
 	if (SPI_processed == 1)
 		reason = MemoryContextStrdup(caller, SPI_getvalue(SPI_tuptable->vals[0],
 														  SPI_tuptable->tupdesc, 1));
-	SPI_finish();
+	oe_internal_end(&scope);
 	return reason;
 }
 
@@ -195,8 +196,9 @@ insert_unprocessed(const OeStream *stream, const OeEvent *event,
 {
 	Datum		values[7];
 	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	OeInternalScope scope;
 
-	SPI_connect();
+	oe_internal_begin(&scope);
 	if (insert_unprocessed_plan == NULL)
 	{
 		Oid			argtypes[7] = {
@@ -222,7 +224,7 @@ insert_unprocessed(const OeStream *stream, const OeEvent *event,
 
 	if (SPI_execute_plan(insert_unprocessed_plan, values, nulls, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "inserting into %s.unprocessed failed", OE_SCHEMA);
-	SPI_finish();
+	oe_internal_end(&scope);
 }
 
 /*

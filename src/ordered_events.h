@@ -69,9 +69,11 @@ typedef struct OeStream
 	Oid			fence_seq;		/* sequence append() takes seqs from */
 } OeStream;
 
-/* The OIDs of the extension's relations in the current database. */
+/* The OIDs of the extension's objects in the current database. */
 typedef struct OeRelations
 {
+	Oid			extension;		/* pg_extension row */
+	Oid			owner;			/* owner of the tables: internal queries run as it */
 	Oid			events;
 	Oid			events_pkey;
 	Oid			key_events;
@@ -124,9 +126,17 @@ extern char *oe_databases;
 extern int	oe_naptime;
 extern bool oe_enabled;
 
+/* The caller's identity while an internal query runs (internal_query.c). */
+typedef struct OeInternalScope
+{
+	Oid			save_userid;
+	int			save_sec_context;
+	int			save_nestlevel;
+} OeInternalScope;
+
 /* catalog.c */
-extern SPIPlanPtr oe_prepare_kept(const char *query, int nargs, Oid *argtypes);
 extern void oe_catalog_init(void);
+extern bool oe_lock_extension(void);
 extern const OeRelations *oe_relations(void);
 extern bool oe_lookup_stream(const char *name, OeStream *stream);
 extern OeStream oe_stream_or_error(text *name);
@@ -134,6 +144,12 @@ extern List *oe_all_streams(void);
 extern List *oe_stream_names(const char *query, MemoryContext result_context);
 extern Datum oe_outcome_datum(OeOutcome outcome);
 extern const char *oe_outcome_name(OeOutcome outcome);
+
+/* internal_query.c */
+extern const char *const oe_safe_search_path;
+extern void oe_internal_begin(OeInternalScope *scope);
+extern void oe_internal_end(OeInternalScope *scope);
+extern SPIPlanPtr oe_prepare_kept(const char *query, int nargs, Oid *argtypes);
 
 /* ingest.c */
 extern void oe_check_key(const OeStream *stream, text *key, const int64 *seq);

@@ -186,7 +186,7 @@ static const char *const plan_sql[] = {
 	"INSERT INTO ordered_events.unprocessed "
 	"(stream, seq, key, payload, event_ts, reason, detail, received_at) "
 	"SELECT d.stream, l.seq, l.key, l.payload, l.event_ts, 'gap_skipped', "
-	"  'Seq ' || l.seq || ' committed after it was skipped.', l.received_at "
+	"  pg_catalog.format('Seq %s committed after it was skipped.', l.seq), l.received_at "
 	"FROM (SELECT * FROM late UNION ALL SELECT * FROM late_key) l, "
 	"  ordered_events.stream_def d WHERE d.stream_id = $1",
 
@@ -253,7 +253,7 @@ static const char *const plan_sql[] = {
 	"INSERT INTO ordered_events.unprocessed "
 	"(stream, seq, key, payload, event_ts, reason, detail, received_at) "
 	"SELECT d.stream, r.seq, r.key, r.payload, r.event_ts, 'after_last_event', "
-	"  'The last event of this key is seq ' || ($3 - 1) || '.', r.received_at "
+	"  pg_catalog.format('The last event of this key is seq %s.', $3 - 1), r.received_at "
 	"FROM rejected r, ordered_events.stream_def d WHERE d.stream_id = $1",
 };
 
@@ -959,11 +959,12 @@ int64
 oe_release_stream(const OeStream *stream)
 {
 	OeStream	current = *stream;
+	OeInternalScope scope;
 	int64		released;
 
-	SPI_connect();
+	oe_internal_begin(&scope);
 	released = current.per_key ? release_per_key(&current) : release_global(&current);
-	SPI_finish();
+	oe_internal_end(&scope);
 	return released;
 }
 
@@ -1073,6 +1074,7 @@ oe_skip_gap(PG_FUNCTION_ARGS)
 	Lane		lane;
 	Snapshot	snapshot;
 	int64		skipped;
+	OeInternalScope scope;
 
 	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
 		ereport(ERROR,
@@ -1109,7 +1111,7 @@ oe_skip_gap(PG_FUNCTION_ARGS)
 				 errmsg("through_seq must be below 9223372036854775807"),
 				 errhint("That seq has no successor, so no event can follow it.")));
 
-	SPI_connect();
+	oe_internal_begin(&scope);
 	if (!lock_stream(&stream, &lane))
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
@@ -1155,6 +1157,6 @@ oe_skip_gap(PG_FUNCTION_ARGS)
 	}
 	else
 		(void) release_global(&stream);
-	SPI_finish();
+	oe_internal_end(&scope);
 	PG_RETURN_INT64(skipped);
 }

@@ -347,7 +347,7 @@ oe_launcher_main(Datum arg)
  */
 
 static OeWorkerSlot *my_slot = NULL;
-static bool version_checked = false;
+static Oid	version_checked_for = InvalidOid;	/* the extension last checked */
 
 /* Per-worker memory of which streams failed last time, to log once. */
 static List *failing_streams = NIL;
@@ -373,19 +373,21 @@ leave_slot(int code, Datum arg)
 	LWLockRelease(oe_shared->lock);
 }
 
-/* Warn once if the installed SQL objects are of another version. */
+/* Warn once per installation if its SQL objects are of another version. */
 static void
 check_extension_version(void)
 {
+	OeInternalScope scope;
 	char	   *installed;
 
-	if (version_checked)
+	if (version_checked_for == oe_relations()->extension)
 		return;
-	version_checked = true;
+	version_checked_for = oe_relations()->extension;
 
-	SPI_connect();
+	oe_internal_begin(&scope);
 	if (SPI_execute("SELECT extversion FROM pg_catalog.pg_extension "
-					"WHERE extname = 'ordered_events'", true, 1) != SPI_OK_SELECT ||
+					"WHERE extname OPERATOR(pg_catalog.=) 'ordered_events'",
+					true, 1) != SPI_OK_SELECT ||
 		SPI_processed != 1)
 		elog(ERROR, "reading the version of ordered_events failed");
 	installed = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
@@ -394,7 +396,7 @@ check_extension_version(void)
 				(errmsg("ordered_events library version %s differs from the extension version %s installed in database \"%s\"",
 						OE_LIBRARY_VERSION, installed, my_slot->dbname),
 				 errhint("Run ALTER EXTENSION ordered_events UPDATE in that database.")));
-	SPI_finish();
+	oe_internal_end(&scope);
 }
 
 /* Remember or forget that a stream is failing; true if that changed. */
@@ -425,6 +427,57 @@ note_stream_failing(const char *name, bool failing)
 }
 
 /*
+ * A unit of work failed: abort its transaction, log the error when the
+ * stream (NULL: the listing of streams) starts failing, and show it in
+ * worker_status.  Call in PG_CATCH.
+ */
+static void
+work_failed(const char *stream, MemoryContext cycle_context)
+{
+	ErrorData  *edata;
+
+	MemoryContextSwitchTo(cycle_context);
+	edata = CopyErrorData();
+	FlushErrorState();
+	AbortCurrentTransaction();
+
+	if (note_stream_failing(stream ? stream : "", true))
+		ereport(LOG,
+				(stream ?
+				 errmsg("ordered_events could not release stream \"%s\": %s",
+						stream, edata->message) :
+				 errmsg("ordered_events could not list the streams with work: %s",
+						edata->message),
+				 errhint("The worker retries every cycle; see ordered_events.worker_status.")));
+	LWLockAcquire(oe_shared->lock, LW_EXCLUSIVE);
+	snprintf(my_slot->last_error, OE_ERROR_LEN, "%s%s: %s",
+			 stream ? "stream " : "", stream ? stream : "listing streams", edata->message);
+	LWLockRelease(oe_shared->lock);
+	FreeErrorData(edata);
+}
+
+/*
+ * Start a unit of work: a transaction that holds the extension lock first,
+ * so that DROP EXTENSION waits for it or it for the drop, never both.
+ * Returns false, in a transaction, if the extension is not installed.
+ */
+static bool
+begin_work(void)
+{
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	return oe_lock_extension();
+}
+
+static void
+end_work(void)
+{
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+}
+
+/*
  * One release step for one stream in its own transaction.  Returns the
  * number released, or -1 after an error, which is logged when the stream
  * starts failing and recorded in worker_status.  *full is set if the step
@@ -440,36 +493,51 @@ release_one(const char *name, MemoryContext cycle_context, bool *full)
 	{
 		OeStream	stream;
 
-		SetCurrentStatementStartTimestamp();
-		StartTransactionCommand();
-		PushActiveSnapshot(GetTransactionSnapshot());
-		released = oe_lookup_stream(name, &stream) ? oe_release_stream(&stream) : 0;
+		released = begin_work() && oe_lookup_stream(name, &stream) ?
+			oe_release_stream(&stream) : 0;
 		*full = released > 0 && released >= stream.max_release_batch;
-		PopActiveSnapshot();
-		CommitTransactionCommand();
+		end_work();
 		note_stream_failing(name, false);
 	}
 	PG_CATCH();
 	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(cycle_context);
-		edata = CopyErrorData();
-		FlushErrorState();
-		AbortCurrentTransaction();
-
-		if (note_stream_failing(name, true))
-			ereport(LOG,
-					(errmsg("ordered_events could not release stream \"%s\": %s",
-							name, edata->message),
-					 errhint("The worker retries every cycle; see ordered_events.worker_status.")));
-		LWLockAcquire(oe_shared->lock, LW_EXCLUSIVE);
-		snprintf(my_slot->last_error, OE_ERROR_LEN, "stream %s: %s", name, edata->message);
-		LWLockRelease(oe_shared->lock);
+		work_failed(name, cycle_context);
 		released = -1;
 	}
 	PG_END_TRY();
 	return released;
+}
+
+/*
+ * The streams with work, the longest waiting first (see the install
+ * script), in cycle_context; false if the extension is not installed.
+ * An error is recorded like a stream's.
+ */
+static bool
+streams_with_work(MemoryContext cycle_context, List **streams)
+{
+	bool		installed = false;
+
+	*streams = NIL;
+	PG_TRY();
+	{
+		installed = begin_work();
+		if (installed)
+		{
+			check_extension_version();
+			*streams = oe_stream_names("SELECT stream FROM ordered_events.streams_with_work()",
+									   cycle_context);
+		}
+		end_work();
+		note_stream_failing("", false);
+	}
+	PG_CATCH();
+	{
+		work_failed(NULL, cycle_context);
+		installed = true;
+	}
+	PG_END_TRY();
+	return installed;
 }
 
 /*
@@ -482,27 +550,12 @@ release_one(const char *name, MemoryContext cycle_context, bool *full)
 static bool
 run_cycle(MemoryContext cycle_context)
 {
-	List	   *streams = NIL;
+	List	   *streams;
 	ListCell   *lc;
 	bool		more = false;
-	bool		installed;
 	int64		released_total = 0;
 
-	SetCurrentStatementStartTimestamp();
-	StartTransactionCommand();
-	PushActiveSnapshot(GetTransactionSnapshot());
-	installed = OidIsValid(get_extension_oid("ordered_events", true));
-	if (installed)
-	{
-		check_extension_version();
-		/* Those with work, the longest waiting first (see the install script). */
-		streams = oe_stream_names("SELECT stream FROM ordered_events.streams_with_work()",
-								  cycle_context);
-	}
-	PopActiveSnapshot();
-	CommitTransactionCommand();
-
-	if (!installed)
+	if (!streams_with_work(cycle_context, &streams))
 	{
 		set_state("waiting for extension");
 		return false;
@@ -569,6 +622,8 @@ oe_database_worker_main(Datum arg)
 	BackgroundWorkerInitializeConnection(my_slot->dbname, NULL, 0);
 	pgstat_report_appname("ordered_events worker");
 	SetConfigOption("lock_timeout", OE_WORKER_LOCK_TIMEOUT, PGC_SUSET, PGC_S_OVERRIDE);
+	/* Runs as superuser: no object of public or pg_temp may be chosen. */
+	SetConfigOption("search_path", oe_safe_search_path, PGC_SUSET, PGC_S_OVERRIDE);
 	ereport(LOG,
 			(errmsg("ordered_events worker started for database \"%s\"", my_slot->dbname)));
 

@@ -1,0 +1,73 @@
+/*-------------------------------------------------------------------------
+ *
+ * internal_query.c
+ *	  Running the extension's own SQL: as the owner of its tables, with a
+ *	  pinned search_path, in a restricted security context.
+ *
+ * Every SPI query of the C code runs between oe_internal_begin() and
+ * oe_internal_end(), whoever calls: a producer's ingest(), an operator's
+ * release(), the superuser worker.  Inside,
+ *  - search_path is "pg_catalog, pg_temp", so an operator or function that
+ *	  a role created in public or pg_temp (say public.||(text, integer), an
+ *	  exact match that would beat pg_catalog's polymorphic one) is never
+ *	  chosen, and the plans kept for the backend are planned in one path;
+ *  - the current user is the owner of the extension's tables, as for the
+ *	  checks of a foreign key, so the functions' EXECUTE privilege is the
+ *	  only gate: producers need no rights on the internal tables and cannot
+ *	  forge their rows;
+ *  - SECURITY_RESTRICTED_OPERATION forbids what no query of ours needs.
+ * No user code runs inside: the queries read and write only our tables.
+ *
+ * An error inside needs no cleanup here: the abort of the (sub)transaction
+ * restores the user, the security context and the GUC nesting level.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "ordered_events.h"
+
+#include "miscadmin.h"
+#include "utils/guc.h"
+
+/* The search_path of every internal query and of the worker. */
+const char *const oe_safe_search_path = "pg_catalog, pg_temp";
+
+/* Connect to SPI as the owner of the extension, with the safe search_path. */
+void
+oe_internal_begin(OeInternalScope *scope)
+{
+	Oid			owner = oe_relations()->owner;
+
+	GetUserIdAndSecContext(&scope->save_userid, &scope->save_sec_context);
+	SetUserIdAndSecContext(owner, scope->save_sec_context |
+						   SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
+	scope->save_nestlevel = NewGUCNestLevel();
+	(void) set_config_option("search_path", oe_safe_search_path,
+							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+}
+
+/* Leave the scope of oe_internal_begin(): back to the caller's user and path. */
+void
+oe_internal_end(OeInternalScope *scope)
+{
+	SPI_finish();
+	AtEOXact_GUC(true, scope->save_nestlevel);
+	SetUserIdAndSecContext(scope->save_userid, scope->save_sec_context);
+}
+
+/*
+ * Prepare an SPI statement and keep it for the life of the backend (the
+ * plan cache replans it after invalidations).  Call inside a scope, so that
+ * it is planned with the safe search_path.
+ */
+SPIPlanPtr
+oe_prepare_kept(const char *query, int nargs, Oid *argtypes)
+{
+	SPIPlanPtr	plan = SPI_prepare(query, nargs, argtypes);
+
+	if (plan == NULL)
+		elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
+	SPI_keepplan(plan);
+	return plan;
+}

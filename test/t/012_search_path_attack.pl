@@ -1,0 +1,176 @@
+
+# Security: objects a role creates in public never run inside the extension.
+#
+# Role mallory owns the schema public (as a database owner does by default
+# in PostgreSQL 15) and creates there operators and functions whose argument
+# types match exactly what the extension's queries use: || for text and
+# integers, = for text, + and <= for timestamps, - for bigints, now(),
+# clock_timestamp(), format(), to_regclass().  Each one records who ran it
+# and tries to make mallory a superuser.  Then every path of the extension
+# runs, by the superuser worker and by hand by a superuser whose session puts
+# public first in its search_path: ingest with every kind of rejection,
+# append, release, skip_gap, settling an event that committed into a skipped
+# run, a key's last event, gaps, blockers, stream_stats, key_status.
+# None of mallory's objects may run, and mallory gains no right.
+
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = PostgreSQL::Test::Cluster->new('search_path');
+$node->init;
+$node->append_conf('postgresql.conf',
+	"shared_preload_libraries = 'ordered_events'\n"
+	  . "ordered_events.databases = 'postgres'\n"
+	  . "ordered_events.naptime = 100\n"
+	  . "max_prepared_transactions = 2\n");
+$node->start;
+
+$node->safe_psql('postgres', q{
+	CREATE ROLE mallory LOGIN;
+	ALTER SCHEMA public OWNER TO mallory;
+	CREATE EXTENSION ordered_events;
+	SELECT ordered_events.create_stream('g');
+	SELECT ordered_events.create_stream('f', gap_policy => 'fence');
+	SELECT ordered_events.create_stream('k', 'per_key', gap_policy => 'timeout',
+	                                    gap_timeout => '1 hour');
+});
+
+# mallory's trap: every object calls pwn(), which leaves a trace.
+$node->safe_psql('postgres', q{
+	SET ROLE mallory;
+	CREATE TABLE public.pwned (who name, what text);
+	GRANT INSERT ON public.pwned TO PUBLIC;
+	CREATE FUNCTION public.pwn(what text) RETURNS void LANGUAGE plpgsql AS $$
+	BEGIN
+		INSERT INTO public.pwned VALUES (current_user, what);
+		BEGIN
+			EXECUTE 'ALTER ROLE mallory SUPERUSER';
+		EXCEPTION WHEN OTHERS THEN NULL;
+		END;
+	END $$;
+
+	CREATE FUNCTION public.cat(text, integer) RETURNS text LANGUAGE plpgsql AS
+		$$ BEGIN PERFORM public.pwn('||(text, integer)'); RETURN pg_catalog.textcat($1, $2::text); END $$;
+	CREATE FUNCTION public.cat(text, bigint) RETURNS text LANGUAGE plpgsql AS
+		$$ BEGIN PERFORM public.pwn('||(text, bigint)'); RETURN pg_catalog.textcat($1, $2::text); END $$;
+	CREATE FUNCTION public.cat(integer, text) RETURNS text LANGUAGE plpgsql AS
+		$$ BEGIN PERFORM public.pwn('||(integer, text)'); RETURN pg_catalog.textcat($1::text, $2); END $$;
+	CREATE FUNCTION public.cat(bigint, text) RETURNS text LANGUAGE plpgsql AS
+		$$ BEGIN PERFORM public.pwn('||(bigint, text)'); RETURN pg_catalog.textcat($1::text, $2); END $$;
+	CREATE OPERATOR public.|| (FUNCTION = public.cat, LEFTARG = text, RIGHTARG = integer);
+	CREATE OPERATOR public.|| (FUNCTION = public.cat, LEFTARG = text, RIGHTARG = bigint);
+	CREATE OPERATOR public.|| (FUNCTION = public.cat, LEFTARG = integer, RIGHTARG = text);
+	CREATE OPERATOR public.|| (FUNCTION = public.cat, LEFTARG = bigint, RIGHTARG = text);
+
+	CREATE FUNCTION public.eq(text, text) RETURNS boolean LANGUAGE plpgsql AS
+		$$ BEGIN PERFORM public.pwn('=(text, text)'); RETURN pg_catalog.texteq($1, $2); END $$;
+	CREATE OPERATOR public.= (FUNCTION = public.eq, LEFTARG = text, RIGHTARG = text);
+	CREATE FUNCTION public.plus(timestamptz, interval) RETURNS timestamptz LANGUAGE plpgsql AS
+		$$ BEGIN PERFORM public.pwn('+(timestamptz, interval)'); RETURN pg_catalog.timestamptz_pl_interval($1, $2); END $$;
+	CREATE OPERATOR public.+ (FUNCTION = public.plus, LEFTARG = timestamptz, RIGHTARG = interval);
+	CREATE FUNCTION public.le(timestamptz, timestamptz) RETURNS boolean LANGUAGE plpgsql AS
+		$$ BEGIN PERFORM public.pwn('<=(timestamptz, timestamptz)'); RETURN pg_catalog.timestamptz_le($1, $2); END $$;
+	CREATE OPERATOR public.<= (FUNCTION = public.le, LEFTARG = timestamptz, RIGHTARG = timestamptz);
+	CREATE FUNCTION public.minus(bigint, integer) RETURNS bigint LANGUAGE plpgsql AS
+		$$ BEGIN PERFORM public.pwn('-(bigint, integer)'); RETURN pg_catalog.int84mi($1, $2); END $$;
+	CREATE OPERATOR public.- (FUNCTION = public.minus, LEFTARG = bigint, RIGHTARG = integer);
+
+	CREATE FUNCTION public.now() RETURNS timestamptz LANGUAGE plpgsql AS
+		$$ BEGIN PERFORM public.pwn('now()'); RETURN pg_catalog.now(); END $$;
+	CREATE FUNCTION public.clock_timestamp() RETURNS timestamptz LANGUAGE plpgsql AS
+		$$ BEGIN PERFORM public.pwn('clock_timestamp()'); RETURN pg_catalog.clock_timestamp(); END $$;
+	CREATE FUNCTION public.format(text, bigint) RETURNS text LANGUAGE plpgsql AS
+		$$ BEGIN PERFORM public.pwn('format(text, bigint)'); RETURN pg_catalog.format($1, $2); END $$;
+	CREATE FUNCTION public.format(text, integer) RETURNS text LANGUAGE plpgsql AS
+		$$ BEGIN PERFORM public.pwn('format(text, integer)'); RETURN pg_catalog.format($1, $2); END $$;
+	CREATE FUNCTION public.to_regclass(text) RETURNS regclass LANGUAGE plpgsql AS
+		$$ BEGIN PERFORM public.pwn('to_regclass(text)'); RETURN pg_catalog.to_regclass($1); END $$;
+});
+
+# The trap works: a query that uses these operators from public runs them.
+is( $node->safe_psql('postgres', q{
+	SET ROLE mallory;
+	SET search_path = public, pg_catalog;
+	SELECT 'x' || 1;
+	SELECT count(*) FROM public.pwned;
+	DELETE FROM public.pwned;}),
+	"x1\n1", 'the trap fires for a query that resolves || in public');
+
+# An event of stream g whose transaction is open while its seq is skipped:
+# it commits into the skipped run and must be settled by the worker.
+$node->safe_psql('postgres', q{
+	BEGIN;
+	SELECT ordered_events.ingest('g', 5, 'late');
+	PREPARE TRANSACTION 'late';
+});
+
+# Every path by hand, as a superuser whose search_path puts public first.
+$node->safe_psql('postgres', q{
+	SET search_path = public, pg_catalog;
+	SELECT ordered_events.ingest('g', 1, 'a', '{"n": 1}');
+	SELECT ordered_events.ingest('g', 1, 'a');               -- duplicate
+	SELECT ordered_events.ingest('g', 0, 'a');               -- before_initial_sequence
+	SELECT ordered_events.ingest('g', 9223372036854775807, 'a');
+	SELECT ordered_events.ingest('g', 3, 'a');
+	SELECT ordered_events.ingest('g', 2, 'a');
+	SELECT ordered_events.ingest('g', 7, 'a');
+	INSERT INTO ordered_events.inbox (stream, seq, key) VALUES ('g', 8, 'b'), ('g', 8, 'b');
+	SELECT ordered_events.ingest('g', 10, 'a');
+	SELECT ordered_events.append('f', 'a');
+	SELECT ordered_events.ingest('k', 3, 'a');
+	SELECT ordered_events.ingest('k', 1, 'a');
+	SELECT ordered_events.ingest('k', 2, 'a', last_event => true);
+	SELECT ordered_events.ingest('k', 5, 'b');
+	SELECT ordered_events.release();
+	SELECT ordered_events.skip_gap('g', 6, 'lost upstream');
+	SELECT ordered_events.skip_gap('k', 4, 'lost upstream', 'b');
+	SELECT * FROM ordered_events.gaps('g');
+	SELECT * FROM ordered_events.gaps('k');
+	SELECT * FROM ordered_events.blockers('g');
+	SELECT * FROM ordered_events.stream_stats;
+	SELECT * FROM ordered_events.key_status;
+	SELECT * FROM ordered_events.released;
+	SELECT * FROM ordered_events.pending;
+});
+
+# The late event commits; the worker settles it (moves it to unprocessed).
+$node->safe_psql('postgres', q{COMMIT PREPARED 'late'});
+ok( $node->poll_query_until('postgres', q{
+	SELECT count(*) = 1 FROM ordered_events.unprocessed
+	 WHERE stream = 'g' AND seq = 5 AND reason = 'gap_skipped'}),
+	'the worker settled the event that committed into a skipped run');
+
+# The worker releases a filled gap and a fence stream's events by itself.
+$node->safe_psql('postgres', q{
+	SELECT ordered_events.ingest('g', 9, 'a');
+	SELECT ordered_events.append('f', 'b');
+});
+ok( $node->poll_query_until('postgres', q{
+	SELECT (SELECT range_end FROM ordered_events.ranges WHERE stream = 'g') = 11
+	   AND (SELECT range_end FROM ordered_events.ranges WHERE stream = 'f') = 3}),
+	'the worker released g and f');
+
+is( $node->safe_psql('postgres', q{
+	SELECT string_agg(format('%s %s %s', stream, seq, reason), ', ' ORDER BY stream, seq, reason)
+	  FROM ordered_events.unprocessed}),
+	'g 0 before_initial_sequence, g 1 duplicate, g 5 gap_skipped, g 8 duplicate, '
+	  . 'g 9223372036854775807 sequence_id_outside_valid_range, k 3 after_last_event',
+	'every rejection is recorded');
+is( $node->safe_psql('postgres', q{
+	SELECT string_agg(format('%s %s %s', stream, key, seq), ', ')
+	  FROM ordered_events.released}),
+	'f a 1, f b 2, g a 1, g a 2, g a 3, g a 7, g b 8, g a 9, g a 10, k a 1, k a 2, k b 5',
+	'every stream released what it should');
+
+is($node->safe_psql('postgres', 'SELECT count(*) FROM public.pwned'),
+	'0', 'no object of public ran');
+is($node->safe_psql('postgres',
+	"SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = 'mallory'"),
+	'f', 'mallory is no superuser');
+ok(!$node->log_contains(qr/could not release/), 'the worker had no error');
+
+done_testing();
