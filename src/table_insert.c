@@ -13,14 +13,17 @@
  * have no triggers, no constraints beyond NOT NULL (the callers fill every
  * column) and no generated columns, so nothing else of ExecInsert applies.
  *
- * oe_insert_unique() has the semantics of INSERT ... ON CONFLICT DO NOTHING.
- * It inserts the row, and the unique index insert reports a conflicting
- * entry instead of failing (UNIQUE_CHECK_PARTIAL).  Only then, which is rare,
- * does it delete its own row and look for the existing one, waiting for a
- * conflicting transaction still in progress to end: if that one committed
- * the row is a duplicate, if it rolled back the insert is tried again.  Of
- * two sessions inserting the same key, the first to reach the index inserts;
- * the other waits for it and then knows.
+ * oe_insert_unique() has the semantics of INSERT ... ON CONFLICT DO NOTHING
+ * and uses its protocol, speculative insertion, with one change: the
+ * common case, no conflict, does not first look for a conflicting entry.
+ * The row is inserted with a speculative token, and the unique index insert
+ * reports a conflicting entry instead of failing (UNIQUE_CHECK_PARTIAL).
+ * On a conflict, which is rare, the row is "super-deleted" (its xmin
+ * cleared, so that nobody waits for it or sees it any more), then we wait
+ * for a conflicting transaction still in progress to end: if it committed
+ * the row is a duplicate, if it rolled back the insert is tried again.
+ * A plain delete would not do: to another inserter our deleted row is still
+ * "being inserted", so two losers waiting for each other deadlock.
  *
  * The inserters live in TopTransactionContext and their relations are
  * opened under TopTransactionResourceOwner; they are closed before commit
@@ -35,7 +38,9 @@
 #include "access/tableam.h"
 #include "access/xact.h"
 #include "executor/executor.h"
+#include "miscadmin.h"
 #include "nodes/execnodes.h"
+#include "storage/lmgr.h"
 #include "utils/memutils.h"
 #include "utils/resowner.h"
 
@@ -144,41 +149,36 @@ begin_row(Oid relid, Datum *values, bool *isnull)
 	return ins;
 }
 
-/* Insert the slot's row into the heap and every index; true if no conflict. */
-static bool
-insert_slot(Inserter *ins, bool report_conflict)
-{
-	bool		conflict = false;
-
-	table_tuple_insert(ins->rel, ins->slot, GetCurrentCommandId(true), 0, NULL);
-	list_free(ExecInsertIndexTuples(ins->rri, ins->slot, ins->estate, false,
-									report_conflict, &conflict, NIL));
-	return !conflict;
-}
-
 /*
  * Insert a row, unless a row with the same key in a unique index exists.
- * Returns true if the row was inserted.
+ * Returns true if the row was inserted; see the banner.
  */
 bool
 oe_insert_unique(Oid relid, Datum *values, bool *isnull)
 {
 	Inserter   *ins = begin_row(relid, values, isnull);
+	TransactionId xid = GetCurrentTransactionId();
 
 	for (;;)
 	{
+		uint32		token = SpeculativeInsertionLockAcquire(xid);
+		bool		conflict = false;
 		ItemPointerData existing;
 
-		if (insert_slot(ins, true))
+		table_tuple_insert_speculative(ins->rel, ins->slot, GetCurrentCommandId(true),
+									   0, NULL, token);
+		list_free(ExecInsertIndexTuples(ins->rri, ins->slot, ins->estate, false,
+										true, &conflict, NIL));
+		table_tuple_complete_speculative(ins->rel, ins->slot, token, !conflict);
+		SpeculativeInsertionLockRelease(xid);
+		if (!conflict)
 			return true;
 
-		/* A conflicting entry: take our row back (visible to us after the
-		 * increment) and find out. */
-		CommandCounterIncrement();
-		simple_heap_delete(ins->rel, &ins->slot->tts_tid);
+		/* Waits for a conflicting inserter still in progress. */
 		if (!ExecCheckIndexConstraints(ins->rri, ins->slot, ins->estate, &existing, NIL))
 			return false;
 		/* The conflicting row was rolled back: insert again. */
+		CHECK_FOR_INTERRUPTS();
 	}
 }
 
@@ -186,5 +186,9 @@ oe_insert_unique(Oid relid, Datum *values, bool *isnull)
 void
 oe_insert_row(Oid relid, Datum *values, bool *isnull)
 {
-	(void) insert_slot(begin_row(relid, values, isnull), false);
+	Inserter   *ins = begin_row(relid, values, isnull);
+
+	table_tuple_insert(ins->rel, ins->slot, GetCurrentCommandId(true), 0, NULL);
+	list_free(ExecInsertIndexTuples(ins->rri, ins->slot, ins->estate, false,
+									false, NULL, NIL));
 }

@@ -110,6 +110,7 @@ $node->safe_psql('postgres', q{
 
 # Every path by hand, as a superuser whose search_path puts public first.
 $node->safe_psql('postgres', q{
+	SET lock_timeout = '60s';   -- a trap that fired may hold a lock: fail, don't hang
 	SET search_path = public, pg_catalog;
 	SELECT ordered_events.ingest('g', 1, 'a', '{"n": 1}');
 	SELECT ordered_events.ingest('g', 1, 'a');               -- duplicate
