@@ -17,7 +17,7 @@ OBJS = \
 	src/worker.o
 PG_CPPFLAGS = -DOE_LIBRARY_VERSION='"$(EXTVERSION)"'
 
-DATA = $(EXTENSION)--$(EXTVERSION).sql
+DATA = $(sort $(wildcard $(EXTENSION)--*.sql))
 PGFILEDESC = "ordered_events - ordered, exactly-once release of sequenced events"
 
 REGRESS = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))

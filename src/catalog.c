@@ -411,7 +411,10 @@ Datum
 oe_stream_def_changed(PG_FUNCTION_ARGS)
 {
 	if (!CALLED_AS_TRIGGER(fcinfo))
-		elog(ERROR, "oe_stream_def_changed: not called by trigger manager");
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("function \"stream_def_changed\" was not called by trigger manager"),
+				 errhint("It is a trigger of the extension's own tables only.")));
 	CacheInvalidateRelcacheByRelid(oe_relations()->stream_def);
 	return PointerGetDatum(NULL);
 }

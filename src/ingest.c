@@ -36,6 +36,7 @@
 #include "commands/sequence.h"
 #include "commands/trigger.h"
 #include "executor/spi.h"
+#include "miscadmin.h"
 #include "storage/lmgr.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
@@ -316,6 +317,9 @@ stream_for_ingest(text *name, bool append)
 {
 	OeStream	stream;
 
+	/* The direct inserts bypass the executor's check; before taking an xid. */
+	PreventCommandIfReadOnly(append ? "append()" : "ingest()");
+
 	/*
 	 * The xid first: a skip this ingest cannot see yet (its invalidation is
 	 * not read yet) is settled only after this transaction ends.
@@ -403,8 +407,20 @@ oe_append(PG_FUNCTION_ARGS)
 	oe_check_key(&stream, event.key, NULL);
 	(void) GetTopTransactionId();
 	event.seq = nextval_internal(stream.fence_seq, false);
+	if (event.seq == PG_INT64_MAX)
+		ereport(ERROR,
+				(errcode(ERRCODE_SEQUENCE_GENERATOR_LIMIT_EXCEEDED),
+				 errmsg("stream \"%s\" has no seqs left", stream.name),
+				 errdetail("Seq %lld has no successor.", (long long) PG_INT64_MAX),
+				 errhint("Create a new stream for the producers to append to.")));
 
 	outcome = ingest_event(&stream, &event);
+	if (outcome == OE_GAP_SKIPPED)
+		ereport(ERROR,
+				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+				 errmsg("seq %lld of stream \"%s\" was skipped by a concurrent skip_gap()",
+						(long long) event.seq, stream.name),
+				 errhint("Retry the transaction: append() then takes a seq above the skipped ones.")));
 	if (outcome != OE_ACCEPTED)
 		elog(ERROR, "seq " INT64_FORMAT " allocated for stream \"%s\" was not accepted: %s",
 			 event.seq, stream.name, oe_outcome_name(outcome));
@@ -451,7 +467,10 @@ oe_inbox_insert(PG_FUNCTION_ARGS)
 	if (!CALLED_AS_TRIGGER(fcinfo) ||
 		!TRIGGER_FIRED_INSTEAD(trigdata->tg_event) ||
 		!TRIGGER_FIRED_BY_INSERT(trigdata->tg_event))
-		elog(ERROR, "oe_inbox_insert: must be fired INSTEAD OF INSERT");
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("function \"inbox_insert\" must be fired INSTEAD OF INSERT"),
+				 errhint("It is the trigger of the view ordered_events.inbox only.")));
 
 	row = trigdata->tg_trigtuple;
 	heap_deform_tuple(row, RelationGetDescr(trigdata->tg_relation), values, isnull);

@@ -55,9 +55,11 @@
 #include "catalog/pg_collation.h"
 #include "catalog/pg_type.h"
 #include "commands/async.h"
+#include "common/int.h"
 #include "executor/spi.h"
 #include "executor/tuptable.h"
 #include "miscadmin.h"
+#include "storage/proc.h"
 #include "storage/procarray.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
@@ -92,8 +94,9 @@ typedef struct Lane
 	List	   *new_runs;		/* SkipRuns this step adds */
 
 	/* what the step did */
+	int64		start;			/* range_end before the step */
 	int64		released;
-	int64		skipped;
+	int64		skipped;		/* seqs skip_gap() declared lost */
 	bool		gap;			/* stopped at a missing seq, a later one arrived */
 	int64		gap_end;		/* ... and range_end..gap_end is missing */
 	bool		fence_recorded; /* read a new fence */
@@ -317,12 +320,28 @@ key_param(text *key, Datum *value, char *null)
 }
 
 /*
- * True if every transaction but ours with an xid below "xid" has ended, and
- * the snapshot sees the ones that committed.  A snapshot lists the xids
- * running below its xmax; an xid from its xmax on is invisible to it, so
- * each of those must have rolled back (or died in a crash).  There are only
- * as many as were assigned since the last commit; if there are very many, a
- * later step will know.
+ * True if a transaction running in the snapshot may have written to this
+ * database: it runs here, or it cannot be told (it ended since, or it is a
+ * prepared transaction).  Only our database's transactions can write our
+ * tables, so one of another database never holds a fence or a settling run
+ * back (and blockers() shows this database's only).
+ */
+static bool
+may_write_here(TransactionId xid)
+{
+	int			pid = BackendXidGetPid(xid);
+	PGPROC	   *proc = pid != 0 ? BackendPidGetProc(pid) : NULL;
+
+	return proc == NULL || proc->databaseId == MyDatabaseId;
+}
+
+/*
+ * True if every transaction but ours with an xid below "xid" that may have
+ * written here has ended, and the snapshot sees the ones that committed.  A
+ * snapshot lists the xids running below its xmax; an xid from its xmax on
+ * is invisible to it, so each of those must have rolled back (or died in a
+ * crash).  There are only as many as were assigned since the last commit;
+ * if there are very many, a later step will know.
  */
 static bool
 no_xid_below(Snapshot snapshot, FullTransactionId xid)
@@ -332,7 +351,8 @@ no_xid_below(Snapshot snapshot, FullTransactionId xid)
 
 	for (uint32 i = 0; i < snapshot->xcnt; i++)
 		if (TransactionIdPrecedes(snapshot->xip[i], limit) &&
-			!TransactionIdIsCurrentTransactionId(snapshot->xip[i]))
+			!TransactionIdIsCurrentTransactionId(snapshot->xip[i]) &&
+			may_write_here(snapshot->xip[i]))
 			return false;
 
 	for (TransactionId x = snapshot->xmax; TransactionIdPrecedes(x, limit);)
@@ -343,6 +363,21 @@ no_xid_below(Snapshot snapshot, FullTransactionId xid)
 		TransactionIdAdvance(x);
 	}
 	return true;
+}
+
+/*
+ * An xid stored by a release step, or NULL if it is not of this cluster: a
+ * dump restored into another cluster brings xids that its counter has not
+ * reached, and waiting for them would never end.  A step then reads a new
+ * one, which is always safe (see the banner).
+ */
+static bool
+stored_xid(Datum value, bool isnull, FullTransactionId *xid)
+{
+	if (isnull)
+		return false;
+	*xid = FullTransactionIdFromU64(DatumGetInt64(value));
+	return !FullTransactionIdFollows(*xid, ReadNextFullTransactionId());
 }
 
 /* Load the lane's skipped runs that end at or after its range_end. */
@@ -592,7 +627,6 @@ walk_lane(Lane *lane, int64 limit, Snapshot snapshot)
 			skip->end = skip_end;
 			skip->reason = reason;
 			lane->new_runs = lappend(lane->new_runs, skip);
-			lane->skipped += skip_end - lane->range_end + 1;
 			lane->range_end = skip_end + 1;
 		}
 	}
@@ -632,12 +666,13 @@ settle_runs(const OeStream *stream)
 		bool		global;
 		Datum		values[4];
 		char		nulls[4] = {' ', ' ', ' ', ' '};
-		bool		first_look;
-		Datum		settle = SPI_getbinval(row, desc, 5, &first_look);
-		FullTransactionId settle_xid = first_look ? next_xid :
-			FullTransactionIdFromU64(DatumGetInt64(settle));
+		Datum		settle = SPI_getbinval(row, desc, 5, &isnull);
+		FullTransactionId settle_xid;
+		bool		first_look = !stored_xid(settle, isnull, &settle_xid);
 		bool		settled;
 
+		if (first_look)
+			settle_xid = next_xid;
 		if (TransactionIdIsCurrentTransactionId(DatumGetTransactionId(SPI_getbinval(row, desc, 6,
 																					&global))))
 			continue;			/* skipped by this transaction: not yet */
@@ -683,7 +718,7 @@ lock_stream(OeStream *stream, Lane *lane)
 
 	memset(lane, 0, sizeof(*lane));
 	lane->stream = stream;
-	lane->range_end = DatumGetInt64(result_value(0, 1, &isnull));
+	lane->range_end = lane->start = DatumGetInt64(result_value(0, 1, &isnull));
 	lane->max_event_ts = DatumGetTimestampTz(result_value(0, 2, &isnull));
 	lane->max_event_ts_valid = !isnull;
 	value = result_value(0, 3, &isnull);
@@ -691,13 +726,10 @@ lock_stream(OeStream *stream, Lane *lane)
 	lane->seen_gap_end = DatumGetInt64(result_value(0, 7, &isnull));
 	value = result_value(0, 4, &isnull);
 	lane->seen_gap_expired = !isnull && DatumGetBool(value);
-	value = result_value(0, 5, &isnull);
-	lane->has_fence = !isnull;
-	if (!isnull)
-	{
-		lane->fence_seq = DatumGetInt64(value);
-		lane->fence_xid = FullTransactionIdFromU64(DatumGetInt64(result_value(0, 6, &isnull)));
-	}
+	value = result_value(0, 6, &isnull);
+	lane->has_fence = stored_xid(value, isnull, &lane->fence_xid);
+	if (lane->has_fence)
+		lane->fence_seq = DatumGetInt64(result_value(0, 5, &isnull));
 
 	AcceptInvalidationMessages();
 	return oe_lookup_stream(stream->name, stream);
@@ -733,11 +765,11 @@ save_global_lane(Lane *lane)
 	nulls[5] = nulls[6] = keep_fence ? ' ' : 'n';
 	run_plan(PLAN_ADVANCE, values, nulls, SPI_OK_UPDATE);
 
-	if (lane->released + lane->skipped > 0)
+	if (lane->range_end != lane->start)
 	{
 		char		payload[NAMEDATALEN + 24];
 
-		values[1] = Int64GetDatum(lane->range_end - lane->released - lane->skipped);
+		values[1] = Int64GetDatum(lane->start);
 		values[2] = Int64GetDatum(lane->range_end);
 		run_plan(PLAN_LOG, values, NULL, SPI_OK_INSERT);
 
@@ -752,13 +784,11 @@ static int64
 release_global(OeStream *stream)
 {
 	Lane		lane;
-	int64		start;
 
 	if (!lock_stream(stream, &lane))
 		return 0;
 	settle_runs(stream);
 	load_runs(&lane);
-	start = lane.range_end;
 
 	/*
 	 * Walk with a snapshot taken after the lock, so that it sees the
@@ -781,7 +811,7 @@ release_global(OeStream *stream)
 	 * Write only when something changed.  A stored fence always comes with
 	 * a stored gap, so a fence to forget is a gap that changed.
 	 */
-	if (lane.range_end != start || lane.fence_recorded || gap_changed(&lane))
+	if (lane.range_end != lane.start || lane.fence_recorded || gap_changed(&lane))
 		save_global_lane(&lane);
 	return lane.released;
 }
@@ -816,7 +846,7 @@ load_key_lane(OeStream *stream, text *key, Lane *lane)
 	memset(lane, 0, sizeof(*lane));
 	lane->stream = stream;
 	lane->key = key;
-	lane->range_end = stream->initial_sequence;
+	lane->range_end = lane->start = stream->initial_sequence;
 	lane->seen_gap = PG_INT64_MIN;
 
 	values[0] = Int32GetDatum(stream->stream_id);
@@ -826,7 +856,7 @@ load_key_lane(OeStream *stream, text *key, Lane *lane)
 	{
 		Datum		value;
 
-		lane->range_end = DatumGetInt64(result_value(0, 1, &isnull));
+		lane->range_end = lane->start = DatumGetInt64(result_value(0, 1, &isnull));
 		value = result_value(0, 2, &isnull);
 		lane->seen_gap = isnull ? PG_INT64_MIN : DatumGetInt64(value);
 		lane->seen_gap_end = DatumGetInt64(result_value(0, 5, &isnull));
@@ -844,7 +874,6 @@ release_key(OeStream *stream, text *key, int64 limit, Snapshot snapshot, bool *m
 	Datum		values[6];
 	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
 	Lane		lane;
-	int64		start;
 
 	load_key_lane(stream, key, &lane);
 	*more = false;
@@ -857,12 +886,11 @@ release_key(OeStream *stream, text *key, int64 limit, Snapshot snapshot, bool *m
 		run_plan(PLAN_AFTER_LAST, values, NULL, SPI_OK_INSERT);
 		return 0;
 	}
-	start = lane.range_end;
 	walk_lane(&lane, limit, snapshot);
 	add_runs(&lane);
 
 	*more = lane.more;
-	if (lane.range_end == start && !gap_changed(&lane))
+	if (lane.range_end == lane.start && !gap_changed(&lane))
 		return 0;				/* nothing changed */
 
 	values[2] = Int64GetDatum(lane.range_end);
@@ -873,9 +901,9 @@ release_key(OeStream *stream, text *key, int64 limit, Snapshot snapshot, bool *m
 	nulls[5] = lane.last_event ? ' ' : 'n';
 	run_plan(PLAN_ADVANCE_KEY, values, nulls, SPI_OK_INSERT);
 
-	if (lane.range_end != start)
+	if (lane.range_end != lane.start)
 	{
-		values[2] = Int64GetDatum(start);
+		values[2] = Int64GetDatum(lane.start);
 		values[3] = Int64GetDatum(lane.range_end);
 		run_plan(PLAN_LOG_KEY, values, NULL, SPI_OK_INSERT);
 	}
@@ -979,6 +1007,7 @@ oe_release(PG_FUNCTION_ARGS)
 {
 	int64		released = 0;
 
+	PreventCommandIfReadOnly("release()");
 	if (!PG_ARGISNULL(0))
 	{
 		OeStream	stream = oe_stream_or_error(PG_GETARG_TEXT_PP(0));
@@ -1021,12 +1050,19 @@ declare_missing(Lane *lane, int64 from, int64 to, const char *reason)
 	if (from <= to)
 	{
 		SkipRun    *skip = palloc0(sizeof(SkipRun));
+		int64		count;
 
+		/* skip_gap() returns the count: it must fit a bigint. */
+		if (pg_sub_s64_overflow(to, from, &count) || pg_add_s64_overflow(count, 1, &count) ||
+			pg_add_s64_overflow(lane->skipped, count, &lane->skipped))
+			ereport(ERROR,
+					(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+					 errmsg("cannot skip more than %lld seqs in one call", (long long) PG_INT64_MAX),
+					 errhint("Skip in two calls, through a seq in between first.")));
 		skip->start = from;
 		skip->end = to;
 		skip->reason = reason;
 		lane->new_runs = lappend(lane->new_runs, skip);
-		lane->skipped += to - from + 1;
 	}
 }
 
@@ -1087,6 +1123,7 @@ oe_skip_gap(PG_FUNCTION_ARGS)
 				 errmsg("reason must not be empty"),
 				 errhint("Say why the seqs are lost; skipped_gaps keeps the reason.")));
 
+	PreventCommandIfReadOnly("skip_gap()");
 	stream = oe_stream_or_error(PG_GETARG_TEXT_PP(0));
 	through = PG_GETARG_INT64(1);
 	reason = text_to_cstring(PG_GETARG_TEXT_PP(2));
