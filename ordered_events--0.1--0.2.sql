@@ -153,3 +153,13 @@ SELECT d.stream,
           FROM ordered_events.gap_skips g WHERE g.stream_id = d.stream_id) sk;
 COMMENT ON VIEW ordered_events.stream_stats IS
     'One row per stream: range, backlog, dead letters and the first gap';
+
+/*
+ * Stream management runs as the owner as well, so that an operator role
+ * needs EXECUTE only (see README.md, "Security").  The fence sequence that
+ * create_stream() makes is then the owner's too.
+ */
+ALTER FUNCTION ordered_events.create_stream(text, text, bigint, text, interval, integer)
+    SECURITY DEFINER;
+ALTER FUNCTION ordered_events.alter_stream(text, text, interval, integer) SECURITY DEFINER;
+ALTER FUNCTION ordered_events.drop_stream(text) SECURITY DEFINER;

@@ -410,10 +410,14 @@ PG_FUNCTION_INFO_V1(oe_stream_def_changed);
 Datum
 oe_stream_def_changed(PG_FUNCTION_ARGS)
 {
-	if (!CALLED_AS_TRIGGER(fcinfo))
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+
+	if (!CALLED_AS_TRIGGER(fcinfo) ||
+		!TRIGGER_FIRED_AFTER(trigdata->tg_event) ||
+		!TRIGGER_FIRED_FOR_STATEMENT(trigdata->tg_event))
 		ereport(ERROR,
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
-				 errmsg("function \"stream_def_changed\" was not called by trigger manager"),
+				 errmsg("function \"stream_def_changed\" must be fired AFTER ... FOR EACH STATEMENT"),
 				 errhint("It is a trigger of the extension's own tables only.")));
 	CacheInvalidateRelcacheByRelid(oe_relations()->stream_def);
 	return PointerGetDatum(NULL);
