@@ -43,6 +43,18 @@ SELECT ordered_events.skip_gap('high', 9223372036854775807, 'no successor');
 SELECT ordered_events.skip_gap('high', 9223372036854775805, 'lost');
 SELECT range_end FROM ordered_events.ranges WHERE stream = 'high';
 
+-- a fence stream at the end of bigint: no seq left is an error, not a dead letter
+SELECT ordered_events.create_stream('fence_end', gap_policy => 'fence',
+                                    initial_sequence => 9223372036854775805);
+SELECT ordered_events.append('fence_end', 'k'), ordered_events.append('fence_end', 'k');
+\set VERBOSITY default
+SELECT ordered_events.append('fence_end', 'k');
+\set VERBOSITY sqlstate
+SELECT ordered_events.append('fence_end', 'k');  -- the sequence's own limit
+\set VERBOSITY terse
+SELECT count(*) FROM ordered_events.unprocessed WHERE stream = 'fence_end';
+SELECT ordered_events.release('fence_end');
+
 -- stream_stats works for every stream; skipped_count stops at the largest bigint
 SELECT stream, range_end, max_seen_seq, pending_count, released_count, skipped_count
   FROM ordered_events.stream_stats WHERE stream IN ('low', 'low_keys', 'high') ORDER BY stream;
@@ -57,4 +69,4 @@ SELECT d.stream, l.seq_start, l.seq_end
   FROM ordered_events.release_log l JOIN ordered_events.stream_def d USING (stream_id)
  WHERE d.stream IN ('low', 'high', 'rl') ORDER BY d.stream, l.seq_end;
 
-SELECT ordered_events.drop_stream(s) FROM unnest(ARRAY['low', 'low_keys', 'high', 'rl']) s;
+SELECT ordered_events.drop_stream(s) FROM unnest(ARRAY['low', 'low_keys', 'high', 'rl', 'fence_end']) s;
