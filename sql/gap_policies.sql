@@ -6,8 +6,12 @@
 -- options (DESIGN.md section 2).
 --
 -- release() is called by hand (no background worker serves this database).
--- Timeouts are short ('0.3 s') and waited out with pg_sleep(); no timestamp
--- is printed, only whether it is set.
+-- Nothing waits for a timeout, so no result depends on the machine's speed:
+-- timeouts are long ('1 hour', '1 day'), so that no gap expires by itself
+-- however slow the machine is, and a gap is made to have been missing for a
+-- while by moving its stored clock (the first_seen a release step recorded)
+-- back with pg_temp.age_gaps().  No timestamp is printed, only whether it is
+-- set.
 --
 \set VERBOSITY default
 \set SHOW_CONTEXT never
@@ -49,6 +53,29 @@ LANGUAGE sql AS $$
      GROUP BY r.key ORDER BY r.key
 $$;
 
+-- Move the stored first_seen of every gap of a stream back by span, as if
+-- the gaps had been missing that much longer (global streams keep it in
+-- stream_progress, per-key streams per key in key_progress); returns the
+-- number of gaps moved.
+CREATE FUNCTION pg_temp.age_gaps(s text, span interval)
+RETURNS bigint
+LANGUAGE sql AS $$
+    WITH d AS (
+        SELECT stream_id FROM ordered_events.stream_def WHERE stream = s
+    ), global_gap AS (
+        UPDATE ordered_events.stream_progress p
+           SET gap_first_seen = p.gap_first_seen - span
+          FROM d WHERE p.stream_id = d.stream_id AND p.gap_first_seen IS NOT NULL
+        RETURNING 1
+    ), key_gap AS (
+        UPDATE ordered_events.key_progress k
+           SET gap_first_seen = k.gap_first_seen - span
+          FROM d WHERE k.stream_id = d.stream_id AND k.gap_first_seen IS NOT NULL
+        RETURNING 1
+    )
+    SELECT (SELECT count(*) FROM global_gap) + (SELECT count(*) FROM key_gap)
+$$;
+
 -- The dead letters of a stream, without timestamps.
 CREATE FUNCTION pg_temp.unprocessed(s text)
 RETURNS TABLE (seq bigint, key text, payload jsonb, reason ordered_events.outcome, detail text)
@@ -63,7 +90,7 @@ $$;
 -- and not before.  Seqs 1, 2, 5, 6, 9 arrive: the holes are 3..4 and 7..8.
 --
 SELECT ordered_events.create_stream('gp_timeout', gap_policy => 'timeout',
-                                    gap_timeout => '0.3 s');
+                                    gap_timeout => '1 hour');
 SELECT stream, sequencing, gap_policy, gap_timeout FROM ordered_events.streams
  WHERE stream = 'gp_timeout';
 SELECT s AS seq, ordered_events.ingest('gp_timeout', s, 'k' || s % 2, to_jsonb(s))
@@ -78,15 +105,18 @@ SELECT * FROM pg_temp.state('gp_timeout');
 -- not before the timeout
 SELECT ordered_events.release('gp_timeout');
 SELECT * FROM pg_temp.skips('gp_timeout');
--- after it: 3..4 is skipped, 5 and 6 are released, the step stops at 7..8
--- and starts its timeout now
-SELECT pg_sleep(0.4);
+-- once 3..4 has been missing for gap_timeout: it is skipped, 5 and 6 are
+-- released, the step stops at 7..8 and starts its timeout now
+SELECT pg_temp.age_gaps('gp_timeout', '1 hour') AS aged;
 SELECT ordered_events.release('gp_timeout');
 SELECT * FROM pg_temp.skips('gp_timeout');
 SELECT * FROM pg_temp.gaps('gp_timeout');
 SELECT * FROM pg_temp.state('gp_timeout');
+-- 7..8 has its own first_seen: not skipped yet
 SELECT ordered_events.release('gp_timeout');
-SELECT pg_sleep(0.4);
+SELECT * FROM pg_temp.skips('gp_timeout');
+-- once it has been missing for gap_timeout, too
+SELECT pg_temp.age_gaps('gp_timeout', '1 hour') AS aged;
 SELECT ordered_events.release('gp_timeout');
 SELECT * FROM pg_temp.skips('gp_timeout');
 SELECT * FROM pg_temp.gaps('gp_timeout');
@@ -118,19 +148,21 @@ SELECT key, last_released_seq, buffered_count, received_count, released_count,
 
 --
 -- The timeout counts from first_seen under the stream's current gap_timeout:
--- with '1 hour' nothing is skipped however often release() runs; shortened
--- to '0.3 s', the gap that has been seen for longer is skipped by the next
--- step.  Back to 'wait', gap_timeout is cleared and nothing is skipped.
+-- with '1 day', a gap missing for an hour is not skipped however often
+-- release() runs; shortened to '1 hour', that gap is skipped by the next
+-- step.  Back to 'wait', gap_timeout is cleared and nothing is skipped,
+-- however long a gap has been missing.
 --
 SELECT ordered_events.create_stream('gp_timeout_long', gap_policy => 'timeout',
-                                    gap_timeout => '1 hour');
+                                    gap_timeout => '1 day');
 SELECT ordered_events.ingest('gp_timeout_long', s, 'k') FROM unnest('{1,3,5}'::bigint[]) s;
 SELECT ordered_events.release('gp_timeout_long');
-SELECT pg_sleep(0.4);
+SELECT pg_temp.age_gaps('gp_timeout_long', '1 hour') AS aged;
+SELECT ordered_events.release('gp_timeout_long');
 SELECT ordered_events.release('gp_timeout_long');
 SELECT * FROM pg_temp.gaps('gp_timeout_long');
 SELECT * FROM pg_temp.skips('gp_timeout_long');
-SELECT ordered_events.alter_stream('gp_timeout_long', gap_timeout => '0.3 s');
+SELECT ordered_events.alter_stream('gp_timeout_long', gap_timeout => '1 hour');
 SELECT gap_policy, gap_timeout FROM ordered_events.streams WHERE stream = 'gp_timeout_long';
 SELECT ordered_events.release('gp_timeout_long');
 SELECT * FROM pg_temp.skips('gp_timeout_long');
@@ -138,7 +170,7 @@ SELECT * FROM pg_temp.skips('gp_timeout_long');
 SELECT * FROM pg_temp.gaps('gp_timeout_long');
 SELECT ordered_events.alter_stream('gp_timeout_long', gap_policy => 'wait');
 SELECT gap_policy, gap_timeout FROM ordered_events.streams WHERE stream = 'gp_timeout_long';
-SELECT pg_sleep(0.4);
+SELECT pg_temp.age_gaps('gp_timeout_long', '10 years') AS aged;
 SELECT ordered_events.release('gp_timeout_long');
 SELECT * FROM pg_temp.skips('gp_timeout_long');
 SELECT * FROM pg_temp.gaps('gp_timeout_long');
@@ -151,7 +183,7 @@ SELECT ordered_events.create_stream('gp_wait');
 SELECT ordered_events.ingest('gp_wait', s, 'k') FROM unnest('{1,3,4,7}'::bigint[]) s;
 SELECT * FROM pg_temp.gaps('gp_wait');
 SELECT ordered_events.release('gp_wait');
-SELECT pg_sleep(0.4);
+SELECT pg_temp.age_gaps('gp_wait', '10 years') AS aged;
 SELECT ordered_events.release('gp_wait');
 SELECT ordered_events.release('gp_wait');
 SELECT * FROM pg_temp.gaps('gp_wait');
@@ -233,7 +265,7 @@ SELECT range_end FROM ordered_events.ranges WHERE stream = 'gp_skip';
 -- of stream_stats (the one seen first) is k1's.
 --
 SELECT ordered_events.create_stream('gp_keyed', sequencing => 'per_key',
-                                    gap_policy => 'timeout', gap_timeout => '0.3 s');
+                                    gap_policy => 'timeout', gap_timeout => '1 hour');
 SELECT k AS key, s AS seq, ordered_events.ingest('gp_keyed', s, k)
   FROM (VALUES ('k1', 2), ('k1', 5), ('k2', 1), ('k2', 3), ('k3', 1), ('k3', 2), ('k3', 4)) v(k, s);
 SELECT * FROM pg_temp.gaps('gp_keyed');
@@ -244,8 +276,9 @@ SELECT * FROM pg_temp.state('gp_keyed');
 -- not before the timeout
 SELECT ordered_events.release('gp_keyed');
 SELECT * FROM pg_temp.skips('gp_keyed');
-SELECT pg_sleep(0.4);
--- each key's first gap is skipped; k1 stops at 3..4, seen from now on
+-- once they have been missing for gap_timeout, each key's first gap is
+-- skipped; k1 stops at 3..4, seen from now on
+SELECT pg_temp.age_gaps('gp_keyed', '1 hour') AS aged;
 SELECT ordered_events.release('gp_keyed');
 SELECT * FROM pg_temp.skips('gp_keyed');
 SELECT * FROM pg_temp.gaps('gp_keyed');
