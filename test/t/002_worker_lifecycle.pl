@@ -271,6 +271,8 @@ is(running_workers(), 'postgres', 'exactly one worker for postgres');
 #
 # 6. Version mismatch: WARNING with HINT, once, and the worker goes on.
 #
+my $version = $node->safe_psql('postgres',
+	"SELECT extversion FROM pg_extension WHERE extname = 'ordered_events'");
 $node->safe_psql('postgres',
 	"UPDATE pg_extension SET extversion = '0.0' WHERE extname = 'ordered_events'");
 $log_offset = -s $node->logfile;
@@ -282,7 +284,7 @@ ok( $node->poll_query_until('postgres', qq{
 	'a new worker ran 3 cycles');
 $log = slurp_file($node->logfile, $log_offset);
 like($log,
-	qr/WARNING:  ordered_events library version 0\.1 differs from the extension version 0\.0 installed in database "postgres"\n.*HINT:  Run ALTER EXTENSION ordered_events UPDATE in that database\./,
+	qr/WARNING:  ordered_events library version \Q$version\E differs from the extension version 0\.0 installed in database "postgres"\n.*HINT:  Run ALTER EXTENSION ordered_events UPDATE in that database\./,
 	'version mismatch: WARNING with its HINT');
 is(() = $log =~ /differs from the extension version/g, 1,
 	'the WARNING is logged once, not every cycle');
@@ -293,7 +295,7 @@ ok($node->poll_query_until('postgres',
 
 # Restore: a new worker does not warn.
 $node->safe_psql('postgres',
-	"UPDATE pg_extension SET extversion = '0.1' WHERE extname = 'ordered_events'");
+	"UPDATE pg_extension SET extversion = '$version' WHERE extname = 'ordered_events'");
 $log_offset = -s $node->logfile;
 $old_pid = worker_field('postgres', 'pid');
 $node->safe_psql('postgres', "SELECT pg_terminate_backend($old_pid)");
