@@ -8,11 +8,16 @@ EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" $(EXTENSION).co
 MODULE_big = ordered_events
 OBJS = \
 	src/catalog.o \
+	src/dead_letter.o \
+	src/gap_policy.o \
+	src/gaps.o \
 	src/ingest.o \
 	src/internal_query.o \
+	src/lane.o \
 	src/ordered_events.o \
 	src/release.o \
 	src/shmem.o \
+	src/skip_gap.o \
 	src/table_insert.o \
 	src/worker.o
 PG_CPPFLAGS = -DOE_LIBRARY_VERSION='"$(EXTVERSION)"'
@@ -29,6 +34,14 @@ ISOLATION_OPTS = --inputdir=test/isolation --load-extension=$(EXTENSION)
 # TAP tests make their own clusters: run by `make installcheck-tap` as a
 # non-root user (test/run does that), not by `make installcheck`.
 PROVE_TESTS = test/t/*.pl
+
+# CI builds with WERROR=1 (.ci/run): any compiler warning fails the build.
+# Never on by default: a newer compiler's new warning must not break a
+# user's build.
+WERROR ?=
+ifeq ($(WERROR),1)
+PG_CFLAGS += -Werror
+endif
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)

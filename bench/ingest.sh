@@ -12,18 +12,15 @@ SELECT ordered_events.create_stream('bench_single_pk', sequencing => 'per_key');
 CREATE SCHEMA bare;
 CREATE SEQUENCE bare.s_ours;
 CREATE SEQUENCE bare.s_bare;
--- Same columns and indexes as ordered_events.events / key_events; the
--- defaults do what ingest() does for a missing event_ts and alignment_ts.
-CREATE TABLE bare.events (
-    stream_id integer NOT NULL,
-    seq bigint NOT NULL,
-    event_ts timestamptz NOT NULL DEFAULT now(),
-    alignment_ts timestamptz NOT NULL DEFAULT clock_timestamp(),
-    received_at timestamptz NOT NULL DEFAULT now(),
-    key text COLLATE "C" NOT NULL,
-    payload jsonb,
-    PRIMARY KEY (stream_id, seq));
-CREATE TABLE bare.key_events (LIKE ordered_events.key_events INCLUDING ALL);
+-- Same columns and indexes as ordered_events.event; the defaults do what
+-- ingest() does for a global stream's event with no event_ts and
+-- alignment_ts.
+CREATE TABLE bare.events (LIKE ordered_events.event INCLUDING ALL);
+ALTER TABLE bare.events
+    ALTER lane SET DEFAULT '', ALTER last_event SET DEFAULT false,
+    ALTER event_ts SET DEFAULT now(), ALTER alignment_ts SET DEFAULT clock_timestamp(),
+    ALTER received_at SET DEFAULT now();
+CREATE TABLE bare.key_events (LIKE bare.events INCLUDING ALL);
 SQL
 
 tmp=$(mktemp -d)
@@ -31,15 +28,15 @@ cat > "$tmp/ours.sql" <<'SQL'
 SELECT ordered_events.ingest('bench_single', nextval('bare.s_ours'), 'k' || :client_id, '{"n": 1}');
 SQL
 cat > "$tmp/bare.sql" <<'SQL'
-INSERT INTO bare.events (stream_id, seq, event_ts, alignment_ts, received_at, key, payload)
-VALUES (1, nextval('bare.s_bare'), now(), clock_timestamp(), now(), 'k' || :client_id, '{"n": 1}');
+INSERT INTO bare.events (stream_id, lane, last_event, seq, event_ts, alignment_ts, received_at, key, payload)
+VALUES (1, '', false, nextval('bare.s_bare'), now(), clock_timestamp(), now(), 'k' || :client_id, '{"n": 1}');
 SQL
 cat > "$tmp/ours_pk.sql" <<'SQL'
 SELECT ordered_events.ingest('bench_single_pk', nextval('bare.s_ours'), 'k' || :client_id, '{"n": 1}');
 SQL
 cat > "$tmp/bare_pk.sql" <<'SQL'
-INSERT INTO bare.key_events (stream_id, seq, event_ts, alignment_ts, received_at, key, payload, last_event)
-VALUES (1, nextval('bare.s_bare'), now(), clock_timestamp(), now(), 'k' || :client_id, '{"n": 1}', false);
+INSERT INTO bare.key_events (stream_id, lane, last_event, seq, event_ts, alignment_ts, received_at, key, payload)
+VALUES (1, 'k' || :client_id, false, nextval('bare.s_bare'), now(), clock_timestamp(), now(), 'k' || :client_id, '{"n": 1}');
 SQL
 
 tps() {   # tps SCRIPT SYNCHRONOUS_COMMIT

@@ -39,7 +39,7 @@ for r in $(seq "$ROUNDS"); do
             # missing seq to the commit-time stamp of the last release step
             worker_ms+=("$(psql_bench -Atc "
                 SELECT round(extract(epoch FROM
-                         (SELECT max(l.released_at) FROM ordered_events.release_log l
+                         (SELECT max(l.released_at) FROM ordered_events.lane_release_log l
                            JOIN ordered_events.stream_def d USING (stream_id) WHERE d.stream = '$s')
                        - (SELECT alignment_ts FROM ordered_events.released
                            WHERE stream = '$s' AND seq = 1)) * 1000, 1)")")
@@ -97,7 +97,7 @@ INSERT INTO ordered_events.inbox (stream, seq, key) SELECT 'rel8_many', 1, 'k' |
 SELECT ordered_events.release('rel8_few');
 SELECT ordered_events.release('rel8_many');
 -- idle: their arrivals were taken long ago, and vacuum has been by
-VACUUM ANALYZE ordered_events.key_arrivals, ordered_events.key_progress, ordered_events.key_events;
+VACUUM ANALYZE ordered_events.key_arrivals, ordered_events.progress, ordered_events.event;
 CHECKPOINT;
 SQL
 compare_blocks "8 per-key: one key's gap, $IDLE_KEYS idle keys vs 10" rel8_many rel8_few "'hot'"

@@ -66,7 +66,7 @@ SELECT ordered_events.ingest('rl', 1, 'k'), ordered_events.ingest('rl', 4, 'k'),
 SELECT ordered_events.release('rl');
 SELECT ordered_events.skip_gap('rl', 3, 'lost');
 SELECT d.stream, l.seq_start, l.seq_end
-  FROM ordered_events.release_log l JOIN ordered_events.stream_def d USING (stream_id)
+  FROM ordered_events.lane_release_log l JOIN ordered_events.stream_def d USING (stream_id)
  WHERE d.stream IN ('low', 'high', 'rl') ORDER BY d.stream, l.seq_end;
 
 SELECT ordered_events.drop_stream(s) FROM unnest(ARRAY['low', 'low_keys', 'high', 'rl', 'fence_end']) s;

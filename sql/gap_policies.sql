@@ -3,7 +3,7 @@
 -- the operator override skip_gap(), the skip ledger skipped_gaps, late
 -- arrivals into skipped runs, gaps() and stream_stats around gaps, per-key
 -- timeouts, append() on fence streams, blockers(), and the errors of bad
--- options (DESIGN.md section 2).
+-- options (README.md, "Gaps" and "SQL reference").
 --
 -- release() is called by hand (no background worker serves this database).
 -- Nothing waits for a timeout, so no result depends on the machine's speed:
@@ -54,26 +54,20 @@ LANGUAGE sql AS $$
 $$;
 
 -- Move the stored first_seen of every gap of a stream back by span, as if
--- the gaps had been missing that much longer (global streams keep it in
--- stream_progress, per-key streams per key in key_progress); returns the
--- number of gaps moved.
+-- the gaps had been missing that much longer (each lane keeps it in
+-- progress: a global stream's one lane, a per-key stream's lane per key);
+-- returns the number of gaps moved.
 CREATE FUNCTION pg_temp.age_gaps(s text, span interval)
 RETURNS bigint
 LANGUAGE sql AS $$
-    WITH d AS (
-        SELECT stream_id FROM ordered_events.stream_def WHERE stream = s
-    ), global_gap AS (
-        UPDATE ordered_events.stream_progress p
+    WITH aged AS (
+        UPDATE ordered_events.progress p
            SET gap_first_seen = p.gap_first_seen - span
-          FROM d WHERE p.stream_id = d.stream_id AND p.gap_first_seen IS NOT NULL
-        RETURNING 1
-    ), key_gap AS (
-        UPDATE ordered_events.key_progress k
-           SET gap_first_seen = k.gap_first_seen - span
-          FROM d WHERE k.stream_id = d.stream_id AND k.gap_first_seen IS NOT NULL
+          FROM ordered_events.stream_def d
+         WHERE d.stream = s AND p.stream_id = d.stream_id AND p.gap_first_seen IS NOT NULL
         RETURNING 1
     )
-    SELECT (SELECT count(*) FROM global_gap) + (SELECT count(*) FROM key_gap)
+    SELECT count(*) FROM aged
 $$;
 
 -- The dead letters of a stream, without timestamps.
@@ -241,8 +235,8 @@ SELECT ordered_events.release('gp_skip');
 SELECT * FROM pg_temp.unprocessed('gp_skip');
 SELECT * FROM pg_temp.released('gp_skip');
 SELECT * FROM pg_temp.state('gp_skip');
--- rule 4: every seq the range passed is either released or in the ledger,
--- exactly once
+-- README.md, "Guarantees" 4: every seq the range passed is either released
+-- or in the ledger, exactly once
 SELECT count(*) AS passed, count(r.seq) AS released, count(g.gap_start) AS skipped,
        count(*) FILTER (WHERE r.seq IS NULL = (g.gap_start IS NULL)) AS neither_or_both
   FROM ordered_events.ranges x

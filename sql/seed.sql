@@ -1,11 +1,14 @@
 --
--- seed: the example of DESIGN.md section 1, step by step.
+-- seed: the example of README.md, "The example", worked step by step, with
+-- what every view shows after each step.  This is the worked example; the
+-- rules it shows, and the outcomes of repeated and rejected events (the
+-- README's retry), are asserted one by one in test/pgtap/05_semantics.sql.
 --
--- Stream s, global sequencing, initial sequence 1.  Arrivals (1,key1)
--- (2,key2) (3,key1) (4,key1) (5,key2) (7,key2) in a scrambled order.
--- After release: range [1,6); key1 released 1,3,4; key2 released 2,5; 7 is
--- pending because 6 is missing.  When 6 arrives the range becomes [1,8) and
--- 6 and 7 are released, in that order.
+-- Stream s (orders in the README), global sequencing, initial sequence 1.
+-- Arrivals (1,key1) (2,key2) (3,key1) (4,key1) (5,key2) (7,key2) in a
+-- scrambled order.  After release: range [1,6); key1 released 1,3,4; key2
+-- released 2,5; 7 is pending because 6 is missing.  When 6 arrives the
+-- range becomes [1,8) and 6 and 7 are released, in that order.
 --
 SET TimeZone = 'UTC';
 SET DateStyle = 'ISO, YMD';
@@ -83,7 +86,8 @@ SELECT ordered_events.release('s');
 
 SELECT stream, range_start, range_end, max_event_ts FROM ordered_events.ranges
  WHERE stream = 's';
-SELECT stream, seq, key, payload, event_ts, released_at IS NOT NULL AS has_released_at
+SELECT stream, seq, key, payload, event_ts, received_at IS NOT NULL AS has_received_at,
+       released_at IS NOT NULL AS has_released_at
   FROM ordered_events.released WHERE stream = 's';
 -- 1..5 were released by the first step, 6 and 7 by the second: released_at
 -- tells the steps apart and never goes down along the seq order.

@@ -2,7 +2,7 @@
  *
  * catalog.c
  *	  Per-backend cache of the extension's relation OIDs, the outcome enum
- *	  and the stream definitions.
+ *	  and the stream definitions; what makes a valid stream name and key.
  *
  * The hot paths (ingest, release) must not look a stream up in a table on
  * every call.  Every backend caches what it has read.  A statement trigger
@@ -42,7 +42,7 @@
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
-#include "utils/snapmgr.h"
+#include "utils/rel.h"
 #include "utils/syscache.h"
 
 static const char *const outcome_names[OE_NUM_OUTCOMES] = {
@@ -54,21 +54,37 @@ static const char *const outcome_names[OE_NUM_OUTCOMES] = {
 	"gap_skipped",
 };
 
+/* The labels of ordered_events.gap_policy, as OeGapPolicy numbers them. */
+static const char *const gap_policy_names[] = {
+	[OE_GAP_WAIT] = "wait",
+	[OE_GAP_TIMEOUT] = "timeout",
+	[OE_GAP_FENCE] = "fence",
+};
+
 static uint64 cache_epoch = 1;	/* bumped by each invalidation that concerns us */
 static uint64 built_epoch = 0;	/* the epoch the cache was built in */
 static OeRelations relations;
 static OeRelations building;	/* a rebuild in progress: its OIDs count too */
 static Oid	outcome_oids[OE_NUM_OUTCOMES];
 static HTAB *stream_cache = NULL;
-static SPIPlanPtr stream_plan = NULL;
+
+static OePlan stream_plan = {
+	"SELECT d.stream_id, d.sequencing = 'per_key', d.initial_sequence, "
+	"  d.max_release_batch, d.gap_policy::text, "
+	"  (SELECT max(g.gap_end) FROM ordered_events.gap_skips g "
+	"    WHERE g.stream_id = d.stream_id), "
+	"  pg_catalog.to_regclass(pg_catalog.format('ordered_events.fence_seq_%s', d.stream_id)) "
+	"FROM ordered_events.stream_def d WHERE d.stream = $1",
+	1, {TEXTOID}
+};
 
 static bool
 is_our_relation(const OeRelations *rels, Oid relid)
 {
-	return relid == rels->events || relid == rels->events_pkey ||
-		relid == rels->key_events || relid == rels->key_events_pkey ||
-		relid == rels->key_events_last_event_idx || relid == rels->key_arrivals ||
-		relid == rels->stream_def;
+	return relid == rels->event || relid == rels->event_pkey ||
+		relid == rels->event_last_event_idx || relid == rels->key_arrivals ||
+		relid == rels->unprocessed || relid == rels->stream_def ||
+		relid == rels->gap_skips;
 }
 
 static void
@@ -85,13 +101,32 @@ oe_catalog_init(void)
 	CacheRegisterRelcacheCallback(relcache_callback, (Datum) 0);
 }
 
+static void
+error_not_installed(void)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("extension \"ordered_events\" is not installed in this database"),
+			 errhint("Run CREATE EXTENSION ordered_events.")));
+}
+
+/*
+ * The OID of one of our relations.  A missing one means the installed SQL
+ * objects are of another version than this library (0.1 had no table
+ * "event"): say so, rather than fail on a table of the wrong shape.
+ */
 static Oid
 relation_oid(Oid schema, const char *name)
 {
 	Oid			relid = get_relname_relid(name, schema);
 
 	if (!OidIsValid(relid))
-		elog(ERROR, "relation %s.%s is missing", OE_SCHEMA, name);
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("the objects of extension \"ordered_events\" are not those of library version %s",
+						OE_LIBRARY_VERSION),
+				 errdetail("Relation %s.%s is missing.", OE_SCHEMA, name),
+				 errhint("Run ALTER EXTENSION ordered_events UPDATE.")));
 	return relid;
 }
 
@@ -108,43 +143,27 @@ relation_owner(Oid relid)
 	return owner;
 }
 
+/* Fail unless a table has the columns, at the positions, the C code writes. */
 static void
-error_not_installed(void)
+check_columns(Oid relid, const char *const *names, int ncolumns)
 {
-	ereport(ERROR,
-			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-			 errmsg("extension \"ordered_events\" is not installed in this database"),
-			 errhint("Run CREATE EXTENSION ordered_events.")));
-}
-
-/* Fail if an events table does not have the columns the C code assumes. */
-static void
-check_events_columns(Oid events)
-{
-	static const struct
-	{
-		const char *name;
-		AttrNumber	attnum;
-	}			columns[] = {
-		{"stream_id", Anum_oe_events_stream_id},
-		{"seq", Anum_oe_events_seq},
-		{"event_ts", Anum_oe_events_event_ts},
-		{"alignment_ts", Anum_oe_events_alignment_ts},
-		{"received_at", Anum_oe_events_received_at},
-		{"key", Anum_oe_events_key},
-		{"payload", Anum_oe_events_payload},
-	};
-
-	for (int i = 0; i < lengthof(columns); i++)
-		if (get_attnum(events, columns[i].name) != columns[i].attnum)
+	for (int i = 0; i < ncolumns; i++)
+		if (get_attnum(relid, names[i]) != i + 1)
 			elog(ERROR, "column %s of %s.%s is not at position %d",
-				 columns[i].name, OE_SCHEMA, get_rel_name(events), columns[i].attnum);
+				 names[i], OE_SCHEMA, get_rel_name(relid), i + 1);
 }
 
 /* Read the OIDs of the extension's objects into *rels and outcomes[]. */
 static void
 read_relations(OeRelations *rels, Oid *outcomes)
 {
+	static const char *const event_columns[Natts_oe_event] = {
+		"stream_id", "lane", "last_event", "seq", "event_ts", "alignment_ts",
+		"received_at", "key", "payload"
+	};
+	static const char *const unprocessed_columns[Natts_oe_unprocessed] = {
+		"stream", "seq", "key", "payload", "event_ts", "reason", "detail", "received_at"
+	};
 	Oid			schema;
 
 	memset(rels, 0, sizeof(*rels));
@@ -153,22 +172,19 @@ read_relations(OeRelations *rels, Oid *outcomes)
 	if (!OidIsValid(rels->extension) || !OidIsValid(schema))
 		error_not_installed();
 
-	rels->events = relation_oid(schema, "events");
-	rels->events_pkey = relation_oid(schema, "events_pkey");
-	rels->key_events = relation_oid(schema, "key_events");
-	rels->key_events_pkey = relation_oid(schema, "key_events_pkey");
-	rels->key_events_last_event_idx = relation_oid(schema, "key_events_last_event_idx");
+	rels->event = relation_oid(schema, "event");
+	rels->event_pkey = relation_oid(schema, "event_pkey");
+	rels->event_last_event_idx = relation_oid(schema, "event_last_event_idx");
 	rels->key_arrivals = relation_oid(schema, "key_arrivals");
+	rels->unprocessed = relation_oid(schema, "unprocessed");
 	rels->stream_def = relation_oid(schema, "stream_def");
+	rels->gap_skips = relation_oid(schema, "gap_skips");
 	rels->owner = relation_owner(rels->stream_def);
 	rels->outcome_type = GetSysCacheOid2(TYPENAMENSP, Anum_pg_type_oid,
 										 CStringGetDatum("outcome"),
 										 ObjectIdGetDatum(schema));
-	check_events_columns(rels->events);
-	check_events_columns(rels->key_events);
-	if (get_attnum(rels->key_events, "last_event") != Anum_oe_key_events_last_event)
-		elog(ERROR, "column last_event of %s.key_events is not at position %d",
-			 OE_SCHEMA, Anum_oe_key_events_last_event);
+	check_columns(rels->event, event_columns, Natts_oe_event);
+	check_columns(rels->unprocessed, unprocessed_columns, Natts_oe_unprocessed);
 
 	for (int i = 0; i < OE_NUM_OUTCOMES; i++)
 	{
@@ -252,6 +268,16 @@ oe_outcome_name(OeOutcome outcome)
 	return outcome_names[outcome];
 }
 
+static OeGapPolicy
+gap_policy_from_name(const char *name)
+{
+	for (int i = 0; i < lengthof(gap_policy_names); i++)
+		if (strcmp(name, gap_policy_names[i]) == 0)
+			return (OeGapPolicy) i;
+	elog(ERROR, "unknown gap_policy \"%s\"", name);
+	return OE_GAP_WAIT;			/* keep compiler quiet */
+}
+
 /* Read one stream definition with the latest snapshot; false if missing. */
 static bool
 read_stream(const char *name, OeStream *stream)
@@ -261,44 +287,24 @@ read_stream(const char *name, OeStream *stream)
 	bool		found;
 
 	oe_internal_begin(&scope);
-	if (stream_plan == NULL)
-	{
-		Oid			argtype = TEXTOID;
-
-		stream_plan = oe_prepare_kept(
-			"SELECT d.stream_id, d.sequencing = 'per_key', "
-			"d.initial_sequence, d.max_release_batch, d.gap_policy, "
-			"(SELECT max(g.gap_end) FROM ordered_events.gap_skips g "
-			" WHERE g.stream_id = d.stream_id), "
-			"pg_catalog.to_regclass(pg_catalog.format('ordered_events.fence_seq_%s', d.stream_id)) "
-			"FROM ordered_events.stream_def d WHERE d.stream = $1",
-			1, &argtype);
-	}
-	if (SPI_execute_snapshot(stream_plan, &arg, NULL, GetLatestSnapshot(),
-							 InvalidSnapshot, true, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "reading stream \"%s\" failed", name);
-
+	oe_run_plan_latest(&stream_plan, &arg, NULL);
 	found = (SPI_processed == 1);
 	if (found)
 	{
-		HeapTuple	tuple = SPI_tuptable->vals[0];
-		TupleDesc	desc = SPI_tuptable->tupdesc;
 		bool		isnull;
-		char	   *policy;
 		Datum		value;
 
 		memset(stream, 0, sizeof(*stream));
 		strlcpy(stream->name, name, NAMEDATALEN);
-		stream->stream_id = DatumGetInt32(SPI_getbinval(tuple, desc, 1, &isnull));
-		stream->per_key = DatumGetBool(SPI_getbinval(tuple, desc, 2, &isnull));
-		stream->initial_sequence = DatumGetInt64(SPI_getbinval(tuple, desc, 3, &isnull));
-		stream->max_release_batch = DatumGetInt32(SPI_getbinval(tuple, desc, 4, &isnull));
-		policy = TextDatumGetCString(SPI_getbinval(tuple, desc, 5, &isnull));
-		stream->gap_policy = strcmp(policy, "timeout") == 0 ? OE_GAP_TIMEOUT :
-			strcmp(policy, "fence") == 0 ? OE_GAP_FENCE : OE_GAP_WAIT;
-		value = SPI_getbinval(tuple, desc, 6, &isnull);
+		stream->stream_id = DatumGetInt32(oe_result(0, 1, &isnull));
+		stream->per_key = DatumGetBool(oe_result(0, 2, &isnull));
+		stream->initial_sequence = DatumGetInt64(oe_result(0, 3, &isnull));
+		stream->max_release_batch = DatumGetInt32(oe_result(0, 4, &isnull));
+		stream->gap_policy =
+			gap_policy_from_name(TextDatumGetCString(oe_result(0, 5, &isnull)));
+		value = oe_result(0, 6, &isnull);
 		stream->skipped_through = isnull ? PG_INT64_MIN : DatumGetInt64(value);
-		value = SPI_getbinval(tuple, desc, 7, &isnull);
+		value = oe_result(0, 7, &isnull);
 		stream->fence_seq = isnull ? InvalidOid : DatumGetObjectId(value);
 	}
 	oe_internal_end(&scope);
@@ -340,7 +346,7 @@ oe_lookup_stream(const char *name, OeStream *stream)
 	}
 }
 
-/* Look a stream up by name, or raise undefined_object. */
+/* Look a stream up by name, or raise undefined_object: the one message. */
 OeStream
 oe_stream_or_error(text *name)
 {
@@ -354,6 +360,51 @@ oe_stream_or_error(text *name)
 				 errhint("Create it with ordered_events.create_stream(), or see ordered_events.streams for the existing ones.")));
 	pfree(cname);
 	return stream;
+}
+
+/*
+ * stream_id(stream text) returns integer
+ *
+ * For the SQL functions: the stream's id, or the same errors as the C ones.
+ */
+PG_FUNCTION_INFO_V1(oe_stream_id);
+Datum
+oe_stream_id(PG_FUNCTION_ARGS)
+{
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("stream must not be null"),
+				 errhint("Name a stream; see ordered_events.streams for the existing ones.")));
+	PG_RETURN_INT32(oe_stream_or_error(PG_GETARG_TEXT_PP(0)).stream_id);
+}
+
+/* Fail unless the key fits; seq, if known, goes into the detail. */
+void
+oe_check_key(const OeStream *stream, text *key, const int64 *seq)
+{
+	if (VARSIZE_ANY_EXHDR(key) > OE_MAX_KEY_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
+				 errmsg("key of %zu bytes is too long", VARSIZE_ANY_EXHDR(key)),
+				 seq ? errdetail("Stream \"%s\", seq " INT64_FORMAT ".", stream->name, *seq)
+				 : errdetail("Stream \"%s\".", stream->name),
+				 errhint("A key has at most %d bytes; use a hash of a longer identifier.",
+						 OE_MAX_KEY_BYTES)));
+}
+
+/* The lane of an event of the stream with this key: '' or the key. */
+text *
+oe_lane_of(const OeStream *stream, text *key)
+{
+	static text *global_lane = NULL;
+
+	if (stream->per_key)
+		return key;
+	if (global_lane == NULL)
+		global_lane = (text *) MemoryContextAllocZero(TopMemoryContext, VARHDRSZ);
+	SET_VARSIZE(global_lane, VARHDRSZ);
+	return global_lane;
 }
 
 /*
@@ -403,8 +454,10 @@ oe_all_streams(void)
 }
 
 /*
- * Trigger on ordered_events.stream_def and gap_skips: make every backend drop
- * its cached stream definitions when this transaction commits.
+ * Trigger on ordered_events.stream_def and gap_skips: make every backend
+ * drop its cached stream definitions when this transaction commits.  It
+ * needs nothing of the cache itself, so it also works while an update
+ * script reshapes the tables.
  */
 PG_FUNCTION_INFO_V1(oe_stream_def_changed);
 Datum
@@ -419,6 +472,6 @@ oe_stream_def_changed(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 				 errmsg("function \"stream_def_changed\" must be fired AFTER ... FOR EACH STATEMENT"),
 				 errhint("It is a trigger of the extension's own tables only.")));
-	CacheInvalidateRelcacheByRelid(oe_relations()->stream_def);
+	CacheInvalidateRelcache(trigdata->tg_relation);
 	return PointerGetDatum(NULL);
 }

@@ -5,9 +5,9 @@
  *	  trigger for INSERT ... SELECT, multi-row VALUES and COPY.
  *
  * Both paths go through ingest_event(), which classifies the event and
- * inserts it: into ordered_events.events (global streams) or key_events plus
- * key_arrivals (per-key streams) when it is accepted, directly (see
- * table_insert.c); into ordered_events.unprocessed, through SPI, otherwise.
+ * inserts it into ordered_events.event, in its lane (plus a row of
+ * key_arrivals for a per-key stream), when it is accepted, directly (see
+ * table_insert.c); into ordered_events.unprocessed otherwise (dead_letter.c).
  * A duplicate is detected by the primary key with the protocol of ON
  * CONFLICT DO NOTHING, never by a prior lookup that could race: of two
  * sessions inserting the same seq, the second waits for the first to end,
@@ -19,7 +19,7 @@
  * skip that committed too late to be seen is settled by release.c only
  * after this transaction has ended, which is why the xid comes first.
  *
- * Locking: every ingest takes RowExclusiveLock on the events table before it
+ * Locking: every ingest takes RowExclusiveLock on the event table before it
  * looks up the stream.  drop_stream() takes SHARE ROW EXCLUSIVE on it, so an
  * ingest either finishes before the drop or, having waited, sees the drop.
  *
@@ -47,35 +47,31 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
-static SPIPlanPtr skipped_plan = NULL;
-static SPIPlanPtr insert_unprocessed_plan = NULL;
+static OePlan skipped_plan = {
+	"SELECT reason FROM ordered_events.gap_skips "
+	"WHERE stream_id = $1 AND lane = $2 AND gap_end >= $3 AND gap_start <= $3 LIMIT 1",
+	3, {INT4OID, TEXTOID, INT8OID}
+};
 
-/* An event as a row of events (7 columns) or key_events (8 columns). */
-static void
-event_row(const OeStream *stream, const OeEvent *event, Datum *values, bool *isnull)
-{
-	memset(isnull, 0, Natts_oe_key_events * sizeof(bool));
-	values[Anum_oe_events_stream_id - 1] = Int32GetDatum(stream->stream_id);
-	values[Anum_oe_events_seq - 1] = Int64GetDatum(event->seq);
-	values[Anum_oe_events_event_ts - 1] = TimestampTzGetDatum(event->event_ts);
-	values[Anum_oe_events_alignment_ts - 1] = TimestampTzGetDatum(event->alignment_ts);
-	values[Anum_oe_events_received_at - 1] =
-		TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
-	values[Anum_oe_events_key - 1] = PointerGetDatum(event->key);
-	values[Anum_oe_events_payload - 1] = PointerGetDatum(event->payload);
-	isnull[Anum_oe_events_payload - 1] = (event->payload == NULL);
-	values[Anum_oe_key_events_last_event - 1] = BoolGetDatum(event->last_event);
-}
-
-/* Insert into events; false if the seq is already there. */
+/* Insert an event into its lane; false if the seq is already there. */
 static bool
 insert_event(const OeStream *stream, const OeEvent *event)
 {
-	Datum		values[Natts_oe_key_events];
-	bool		isnull[Natts_oe_key_events];
+	Datum		values[Natts_oe_event];
+	bool		isnull[Natts_oe_event] = {0};
 
-	event_row(stream, event, values, isnull);
-	return oe_insert_unique(oe_relations()->events, values, isnull);
+	values[Anum_oe_event_stream_id - 1] = Int32GetDatum(stream->stream_id);
+	values[Anum_oe_event_lane - 1] = PointerGetDatum(oe_lane_of(stream, event->key));
+	values[Anum_oe_event_last_event - 1] = BoolGetDatum(event->last_event);
+	values[Anum_oe_event_seq - 1] = Int64GetDatum(event->seq);
+	values[Anum_oe_event_event_ts - 1] = TimestampTzGetDatum(event->event_ts);
+	values[Anum_oe_event_alignment_ts - 1] = TimestampTzGetDatum(event->alignment_ts);
+	values[Anum_oe_event_received_at - 1] =
+		TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
+	values[Anum_oe_event_key - 1] = PointerGetDatum(event->key);
+	values[Anum_oe_event_payload - 1] = PointerGetDatum(event->payload);
+	isnull[Anum_oe_event_payload - 1] = (event->payload == NULL);
+	return oe_insert_unique(oe_relations()->event, values, isnull);
 }
 
 /*
@@ -87,8 +83,8 @@ static bool
 key_completed_below(const OeStream *stream, const OeEvent *event, int64 *last_seq)
 {
 	const OeRelations *rels = oe_relations();
-	Relation	heap = table_open(rels->key_events, AccessShareLock);
-	Relation	index = index_open(rels->key_events_last_event_idx, AccessShareLock);
+	Relation	heap = table_open(rels->event, AccessShareLock);
+	Relation	index = index_open(rels->event_last_event_idx, AccessShareLock);
 	TupleTableSlot *slot = table_slot_create(heap, NULL);
 	IndexScanDesc scan = index_beginscan(heap, index, SnapshotSelf, 2, 0);
 	ScanKeyData keys[2];
@@ -102,7 +98,7 @@ key_completed_below(const OeStream *stream, const OeEvent *event, int64 *last_se
 	while (index_getnext_slot(scan, ForwardScanDirection, slot))
 	{
 		bool		isnull;
-		int64		seq = DatumGetInt64(slot_getattr(slot, Anum_oe_events_seq, &isnull));
+		int64		seq = DatumGetInt64(slot_getattr(slot, Anum_oe_event_seq, &isnull));
 
 		if (seq < event->seq && (!found || seq < *last_seq))
 		{
@@ -118,25 +114,23 @@ key_completed_below(const OeStream *stream, const OeEvent *event, int64 *last_se
 }
 
 /*
- * Insert into key_events, and note the key in key_arrivals for the next
- * release step.  Returns the outcome; sets *detail for a rejection.
+ * Accept an event of a per-key stream into its key's lane, and note the key
+ * in key_arrivals for the next release step.  Returns the outcome; sets
+ * *detail for a rejection.
  */
 static OeOutcome
 insert_key_event(const OeStream *stream, const OeEvent *event, char **detail)
 {
-	const OeRelations *rels = oe_relations();
-	Datum		values[Natts_oe_key_events];
-	bool		isnull[Natts_oe_key_events];
 	int64		last_seq = 0;
+	Datum		values[3];
+	bool		isnull[3] = {0};
 
 	if (key_completed_below(stream, event, &last_seq))
 	{
 		*detail = psprintf("The last event of this key is seq " INT64_FORMAT ".", last_seq);
 		return OE_AFTER_LAST_EVENT;
 	}
-
-	event_row(stream, event, values, isnull);
-	if (!oe_insert_unique(rels->key_events, values, isnull))
+	if (!insert_event(stream, event))
 	{
 		*detail = psprintf("Seq " INT64_FORMAT " was already received for this key.",
 						   event->seq);
@@ -144,88 +138,36 @@ insert_key_event(const OeStream *stream, const OeEvent *event, char **detail)
 	}
 
 	/* key_arrivals (stream_id, key, arrived_at) */
+	values[0] = Int32GetDatum(stream->stream_id);
 	values[1] = PointerGetDatum(event->key);
 	values[2] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
-	oe_insert_row(rels->key_arrivals, values, isnull);
+	oe_insert_row(oe_relations()->key_arrivals, values, isnull);
 	return OE_ACCEPTED;
 }
 
 /*
- * If the event's seq lies in a skipped run of its sequence, return the
- * reason of the skip; otherwise NULL.
+ * If the event's seq lies in a skipped run of its lane, return the reason
+ * of the skip; otherwise NULL.
  */
 static char *
 skip_reason(const OeStream *stream, const OeEvent *event)
 {
 	MemoryContext caller = CurrentMemoryContext;
 	Datum		values[3];
-	char		nulls[3] = {' ', ' ', ' '};
 	char	   *reason = NULL;
 	OeInternalScope scope;
 
-	oe_internal_begin(&scope);
-	if (skipped_plan == NULL)
-	{
-		Oid			argtypes[3] = {INT4OID, TEXTOID, INT8OID};
-
-		skipped_plan = oe_prepare_kept(
-			"SELECT reason FROM ordered_events.gap_skips "
-			"WHERE stream_id = $1 AND key IS NOT DISTINCT FROM $2 "
-			"AND gap_end >= $3 AND gap_start <= $3 LIMIT 1",
-			3, argtypes);
-	}
 	values[0] = Int32GetDatum(stream->stream_id);
-	values[1] = PointerGetDatum(event->key);
-	if (!stream->per_key)
-		nulls[1] = 'n';
+	values[1] = PointerGetDatum(oe_lane_of(stream, event->key));
 	values[2] = Int64GetDatum(event->seq);
-	/* Latest snapshot: a skip committed after a REPEATABLE READ snapshot counts. */
-	if (SPI_execute_snapshot(skipped_plan, values, nulls, GetLatestSnapshot(),
-							 InvalidSnapshot, false, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "reading %s.gap_skips failed", OE_SCHEMA);
+	oe_internal_begin(&scope);
+	/* A skip committed after a REPEATABLE READ snapshot counts. */
+	oe_run_plan_latest(&skipped_plan, values, NULL);
 	if (SPI_processed == 1)
 		reason = MemoryContextStrdup(caller, SPI_getvalue(SPI_tuptable->vals[0],
 														  SPI_tuptable->tupdesc, 1));
 	oe_internal_end(&scope);
 	return reason;
-}
-
-/* Record a rejected event in unprocessed with its reason. */
-static void
-insert_unprocessed(const OeStream *stream, const OeEvent *event,
-				   OeOutcome reason, const char *detail)
-{
-	Datum		values[7];
-	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
-	OeInternalScope scope;
-
-	oe_internal_begin(&scope);
-	if (insert_unprocessed_plan == NULL)
-	{
-		Oid			argtypes[7] = {
-			TEXTOID, INT8OID, TEXTOID, JSONBOID, TIMESTAMPTZOID, TEXTOID, TEXTOID
-		};
-
-		insert_unprocessed_plan = oe_prepare_kept(
-			"INSERT INTO ordered_events.unprocessed "
-			"(stream, seq, key, payload, event_ts, reason, detail) "
-			"VALUES ($1, $2, $3, $4, $5, $6::ordered_events.outcome, $7)",
-			7, argtypes);
-	}
-
-	values[0] = CStringGetTextDatum(stream->name);
-	values[1] = Int64GetDatum(event->seq);
-	values[2] = PointerGetDatum(event->key);
-	values[3] = PointerGetDatum(event->payload);
-	if (event->payload == NULL)
-		nulls[3] = 'n';
-	values[4] = TimestampTzGetDatum(event->event_ts);
-	values[5] = CStringGetTextDatum(oe_outcome_name(reason));
-	values[6] = CStringGetTextDatum(detail);
-
-	if (SPI_execute_plan(insert_unprocessed_plan, values, nulls, false, 0) != SPI_OK_INSERT)
-		elog(ERROR, "inserting into %s.unprocessed failed", OE_SCHEMA);
-	oe_internal_end(&scope);
 }
 
 /*
@@ -278,7 +220,8 @@ ingest_event(const OeStream *stream, const OeEvent *event)
 	}
 
 	if (outcome != OE_ACCEPTED)
-		insert_unprocessed(stream, event, outcome, detail);
+		oe_dead_letter(stream->name, event->seq, event->key, event->payload, event->event_ts,
+					   outcome, detail, GetCurrentTransactionStartTimestamp());
 	oe_note_events_written();
 	return outcome;
 }
@@ -290,20 +233,6 @@ error_null_argument(const char *name)
 			(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 			 errmsg("%s must not be null", name),
 			 errhint("Every event needs a stream, a seq and a key.")));
-}
-
-/* Fail unless the key fits; seq, if known, goes into the detail. */
-void
-oe_check_key(const OeStream *stream, text *key, const int64 *seq)
-{
-	if (VARSIZE_ANY_EXHDR(key) > OE_MAX_KEY_BYTES)
-		ereport(ERROR,
-				(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
-				 errmsg("key of %zu bytes is too long", VARSIZE_ANY_EXHDR(key)),
-				 seq ? errdetail("Stream \"%s\", seq " INT64_FORMAT ".", stream->name, *seq)
-				 : errdetail("Stream \"%s\".", stream->name),
-				 errhint("A key has at most %d bytes; use a hash of a longer identifier.",
-						 OE_MAX_KEY_BYTES)));
 }
 
 /*
@@ -325,7 +254,7 @@ stream_for_ingest(text *name, bool append)
 	 * not read yet) is settled only after this transaction ends.
 	 */
 	(void) GetTopTransactionId();
-	LockRelationOid(oe_relations()->events, RowExclusiveLock);
+	LockRelationOid(oe_relations()->event, RowExclusiveLock);
 	AcceptInvalidationMessages();
 	stream = oe_stream_or_error(name);
 

@@ -27,6 +27,7 @@
 
 #include "miscadmin.h"
 #include "utils/guc.h"
+#include "utils/snapmgr.h"
 
 /* The search_path of every internal query and of the worker. */
 const char *const oe_safe_search_path = "pg_catalog, pg_temp";
@@ -57,17 +58,51 @@ oe_internal_end(OeInternalScope *scope)
 }
 
 /*
- * Prepare an SPI statement and keep it for the life of the backend (the
- * plan cache replans it after invalidations).  Call inside a scope, so that
- * it is planned with the safe search_path.
+ * Prepare a plan of the extension at first use, inside a scope, so that it
+ * is planned with the safe search_path, and keep it for the backend (the
+ * plan cache replans it after invalidations).
  */
-SPIPlanPtr
-oe_prepare_kept(const char *query, int nargs, Oid *argtypes)
+static SPIPlanPtr
+prepared(OePlan *plan)
 {
-	SPIPlanPtr	plan = SPI_prepare(query, nargs, argtypes);
+	if (plan->plan == NULL)
+	{
+		SPIPlanPtr	p = SPI_prepare(plan->sql, plan->nargs, plan->argtypes);
 
-	if (plan == NULL)
-		elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
-	SPI_keepplan(plan);
-	return plan;
+		if (p == NULL)
+			elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
+		SPI_keepplan(p);
+		plan->plan = p;
+	}
+	return plan->plan;
+}
+
+/* Run a plan; "nulls" may be NULL.  Fails unless SPI returns "expected". */
+void
+oe_run_plan(OePlan *plan, Datum *values, const char *nulls, int expected)
+{
+	int			rc = SPI_execute_plan(prepared(plan), values, nulls, false, 0);
+
+	if (rc != expected)
+		elog(ERROR, "internal query failed: %s", SPI_result_code_string(rc));
+}
+
+/*
+ * Run a read-only plan with the latest snapshot, so that it sees what
+ * committed since the transaction's snapshot (a REPEATABLE READ caller's
+ * too).
+ */
+void
+oe_run_plan_latest(OePlan *plan, Datum *values, const char *nulls)
+{
+	if (SPI_execute_snapshot(prepared(plan), values, nulls, GetLatestSnapshot(),
+							 InvalidSnapshot, true, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "internal query failed: %s", plan->sql);
+}
+
+/* Column "col" of row "row" of the last result; sets *isnull. */
+Datum
+oe_result(uint64 row, int col, bool *isnull)
+{
+	return SPI_getbinval(SPI_tuptable->vals[row], SPI_tuptable->tupdesc, col, isnull);
 }

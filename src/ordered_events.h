@@ -13,28 +13,40 @@
 
 #include "postgres.h"
 
+#include "access/transam.h"
 #include "datatype/timestamp.h"
 #include "executor/spi.h"
 #include "nodes/pg_list.h"
 #include "storage/latch.h"
 #include "storage/lwlock.h"
 #include "utils/jsonb.h"
+#include "utils/snapshot.h"
 
 #define OE_SCHEMA			"ordered_events"
 #define OE_MAX_KEY_BYTES	1024
 
-/* Column numbers of ordered_events.events; catalog.c checks them at load. */
-#define Anum_oe_events_stream_id	1
-#define Anum_oe_events_seq			2
-#define Anum_oe_events_event_ts		3
-#define Anum_oe_events_alignment_ts 4
-#define Anum_oe_events_received_at	5
-#define Anum_oe_events_key			6
-#define Anum_oe_events_payload		7
-#define Natts_oe_events				7
-/* ordered_events.key_events has the same columns, then last_event. */
-#define Anum_oe_key_events_last_event 8
-#define Natts_oe_key_events			8
+/* Column numbers of ordered_events.event; catalog.c checks them at load. */
+#define Anum_oe_event_stream_id		1
+#define Anum_oe_event_lane			2
+#define Anum_oe_event_last_event	3
+#define Anum_oe_event_seq			4
+#define Anum_oe_event_event_ts		5
+#define Anum_oe_event_alignment_ts	6
+#define Anum_oe_event_received_at	7
+#define Anum_oe_event_key			8
+#define Anum_oe_event_payload		9
+#define Natts_oe_event				9
+
+/* Column numbers of ordered_events.unprocessed. */
+#define Anum_oe_unprocessed_stream		1
+#define Anum_oe_unprocessed_seq			2
+#define Anum_oe_unprocessed_key			3
+#define Anum_oe_unprocessed_payload		4
+#define Anum_oe_unprocessed_event_ts	5
+#define Anum_oe_unprocessed_reason		6
+#define Anum_oe_unprocessed_detail		7
+#define Anum_oe_unprocessed_received_at 8
+#define Natts_oe_unprocessed			8
 
 /* The labels of ordered_events.outcome, in declaration order. */
 typedef enum OeOutcome
@@ -61,7 +73,7 @@ typedef struct OeStream
 {
 	char		name[NAMEDATALEN];	/* hash key; names are at most 63 bytes */
 	int32		stream_id;
-	bool		per_key;
+	bool		per_key;		/* sequencing 'per_key': a lane per key */
 	int64		initial_sequence;
 	int32		max_release_batch;
 	OeGapPolicy gap_policy;
@@ -74,13 +86,13 @@ typedef struct OeRelations
 {
 	Oid			extension;		/* pg_extension row */
 	Oid			owner;			/* owner of the tables: internal queries run as it */
-	Oid			events;
-	Oid			events_pkey;
-	Oid			key_events;
-	Oid			key_events_pkey;
-	Oid			key_events_last_event_idx;
+	Oid			event;
+	Oid			event_pkey;
+	Oid			event_last_event_idx;
 	Oid			key_arrivals;
+	Oid			unprocessed;
 	Oid			stream_def;
+	Oid			gap_skips;
 	Oid			outcome_type;
 } OeRelations;
 
@@ -94,6 +106,56 @@ typedef struct OeEvent
 	TimestampTz alignment_ts;
 	bool		last_event;
 } OeEvent;
+
+/* A run of skipped seqs, inclusive. */
+typedef struct OeSkipRun
+{
+	int64		start;
+	int64		end;
+	const char *reason;			/* set for runs this step adds */
+} OeSkipRun;
+
+/*
+ * One lane being released: the one sequence of a global stream (lane ''),
+ * or one key of a per-key stream (lane = the key).  See lane.c.
+ */
+typedef struct OeLane
+{
+	const OeStream *stream;
+	text	   *lane;
+	int64		start;			/* range_end when loaded */
+	int64		range_end;		/* first seq not released */
+	TimestampTz max_event_ts;	/* largest event_ts released */
+	bool		max_event_ts_valid;
+	int64		seen_gap;		/* gap a step saw before, or PG_INT64_MIN */
+	int64		seen_gap_end;	/* ... seen_gap..seen_gap_end was missing */
+	bool		seen_gap_expired;	/* ... for longer than gap_timeout */
+	TimestampTz seen_gap_at;	/* ... since then (when seen_gap is set) */
+	bool		has_fence;		/* fence_seq and fence_xid are set */
+	int64		fence_seq;
+	FullTransactionId fence_xid;
+	bool		completed;		/* a step passed the lane's last event before */
+	List	   *runs;			/* OeSkipRuns ending at or after range_end, by start */
+	List	   *new_runs;		/* OeSkipRuns this step adds */
+
+	/* what the step did */
+	int64		released;
+	int64		skipped;		/* seqs skip_gap() declared lost */
+	bool		gap;			/* stopped at a missing seq, a later one arrived */
+	int64		gap_end;		/* ... and range_end..gap_end is missing */
+	bool		fence_recorded; /* read a new fence */
+	bool		last_event;		/* passed the lane's last event */
+	bool		more;			/* stopped by the limit at a releasable event */
+} OeLane;
+
+/* A prepared statement of the extension's own, kept for the backend. */
+typedef struct OePlan
+{
+	const char *sql;
+	int			nargs;
+	Oid			argtypes[10];
+	SPIPlanPtr	plan;
+} OePlan;
 
 /* One served database, in shared memory (see shmem.c). */
 #define OE_MAX_DATABASES	64
@@ -140,6 +202,8 @@ extern bool oe_lock_extension(void);
 extern const OeRelations *oe_relations(void);
 extern bool oe_lookup_stream(const char *name, OeStream *stream);
 extern OeStream oe_stream_or_error(text *name);
+extern void oe_check_key(const OeStream *stream, text *key, const int64 *seq);
+extern text *oe_lane_of(const OeStream *stream, text *key);
 extern List *oe_all_streams(void);
 extern List *oe_stream_names(const char *query, MemoryContext result_context);
 extern Datum oe_outcome_datum(OeOutcome outcome);
@@ -149,22 +213,53 @@ extern const char *oe_outcome_name(OeOutcome outcome);
 extern const char *const oe_safe_search_path;
 extern void oe_internal_begin(OeInternalScope *scope);
 extern void oe_internal_end(OeInternalScope *scope);
-extern SPIPlanPtr oe_prepare_kept(const char *query, int nargs, Oid *argtypes);
-
-/* ingest.c */
-extern void oe_check_key(const OeStream *stream, text *key, const int64 *seq);
+extern void oe_run_plan(OePlan *plan, Datum *values, const char *nulls, int expected);
+extern void oe_run_plan_latest(OePlan *plan, Datum *values, const char *nulls);
+extern Datum oe_result(uint64 row, int col, bool *isnull);
 
 /* table_insert.c */
 extern bool oe_insert_unique(Oid relid, Datum *values, bool *isnull);
 extern void oe_insert_row(Oid relid, Datum *values, bool *isnull);
 
+/* dead_letter.c */
+extern void oe_dead_letter(const char *stream, int64 seq, text *key, Jsonb *payload,
+						   TimestampTz event_ts, OeOutcome reason, const char *detail,
+						   TimestampTz received_at);
+extern void oe_dead_letter_row(const char *stream, uint64 row, OeOutcome reason,
+							   const char *detail);
+
+/* lane.c */
+extern void oe_load_lane(OeLane *lane, const OeStream *stream, text *lane_key);
+extern void oe_walk_lane(OeLane *lane, int64 limit, Snapshot snapshot);
+extern void oe_add_runs(OeLane *lane);
+extern bool oe_save_lane(OeLane *lane);
+extern void oe_lane_holes(OeLane *lane, Snapshot snapshot, int64 through, bool past_last,
+						  void (*emit) (OeLane *lane, int64 start, int64 end, void *arg),
+						  void *arg);
+extern text *oe_next_lane(const OeStream *stream, text *after, Snapshot snapshot);
+
+/* gap_policy.c */
+extern int64 oe_policy_skip_end(OeLane *lane, int64 gap_end, Snapshot snapshot,
+								const char **reason);
+extern bool oe_stored_xid(Datum value, bool isnull, FullTransactionId *xid);
+extern void oe_settle_runs(const OeStream *stream);
+
 /* release.c */
+extern bool oe_lock_stream(OeStream *stream);
+extern int64 oe_release_global(OeStream *stream);
+extern int64 oe_release_lane(OeStream *stream, text *key, int64 limit, Snapshot snapshot,
+							 bool *more);
+extern void oe_note_arrival(const OeStream *stream, text *key);
 extern int64 oe_release_stream(const OeStream *stream);
 
 /* shmem.c */
 extern OeShared *oe_shared;
 extern void oe_shmem_init(void);
 extern void oe_note_events_written(void);
+extern OeWorkerSlot *oe_claim_slot(int slotno);
+extern void oe_slot_set_state(const char *state);
+extern void oe_slot_set_error(const char *fmt,...) pg_attribute_printf(1, 2);
+extern void oe_slot_count_cycle(int64 released);
 
 /* worker.c */
 extern void oe_worker_init(void);

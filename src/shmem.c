@@ -2,7 +2,8 @@
  *
  * shmem.c
  *	  Shared state of the background workers, the wake-up at commit, and the
- *	  worker_status() view over it.
+ *	  worker_status() view over it.  Every access to a worker's slot from
+ *	  the worker itself goes through the functions here.
  *
  * One slot per served database: the launcher claims it, the database's
  * worker fills in its pid and latch and its counters.  Everything in a slot
@@ -22,6 +23,7 @@
 #include "commands/dbcommands.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "pgstat.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "storage/shmem.h"
@@ -35,6 +37,9 @@ static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
 /* This transaction wrote events: wake the worker at commit. */
 static bool events_written = false;
+
+/* In a database worker: its slot. */
+static OeWorkerSlot *my_slot = NULL;
 
 static void
 shmem_request(void)
@@ -113,6 +118,77 @@ void
 oe_note_events_written(void)
 {
 	events_written = true;
+}
+
+static void
+leave_slot(int code, Datum arg)
+{
+	LWLockAcquire(oe_shared->lock, LW_EXCLUSIVE);
+	if (my_slot->pid == MyProcPid)
+	{
+		my_slot->pid = 0;
+		my_slot->latch = NULL;
+	}
+	LWLockRelease(oe_shared->lock);
+}
+
+/*
+ * In a database worker: take over slot "slotno" that the launcher filled
+ * in.  Returns NULL if the slot was given up meanwhile (the database is no
+ * longer served, or is being dropped); the worker then exits.
+ */
+OeWorkerSlot *
+oe_claim_slot(int slotno)
+{
+	OeWorkerSlot *slot = &oe_shared->slots[slotno];
+
+	LWLockAcquire(oe_shared->lock, LW_EXCLUSIVE);
+	if (!slot->in_use || slot->dropping)
+	{
+		LWLockRelease(oe_shared->lock);
+		return NULL;
+	}
+	slot->pid = MyProcPid;
+	slot->latch = MyLatch;
+	slot->started_at = GetCurrentTimestamp();
+	LWLockRelease(oe_shared->lock);
+	my_slot = slot;
+	before_shmem_exit(leave_slot, (Datum) 0);
+	return slot;
+}
+
+/* In a database worker: what it is doing, for worker_status and ps. */
+void
+oe_slot_set_state(const char *state)
+{
+	LWLockAcquire(oe_shared->lock, LW_EXCLUSIVE);
+	strlcpy(my_slot->state, state, sizeof(my_slot->state));
+	LWLockRelease(oe_shared->lock);
+	pgstat_report_activity(STATE_RUNNING, state);
+}
+
+/* In a database worker: its latest error, for worker_status. */
+void
+oe_slot_set_error(const char *fmt,...)
+{
+	va_list		args;
+
+	LWLockAcquire(oe_shared->lock, LW_EXCLUSIVE);
+	va_start(args, fmt);
+	vsnprintf(my_slot->last_error, OE_ERROR_LEN, fmt, args);
+	va_end(args);
+	LWLockRelease(oe_shared->lock);
+}
+
+/* In a database worker: a cycle ended, having released "released" events. */
+void
+oe_slot_count_cycle(int64 released)
+{
+	LWLockAcquire(oe_shared->lock, LW_EXCLUSIVE);
+	my_slot->cycles++;
+	my_slot->released_total += released;
+	my_slot->last_cycle_at = GetCurrentTimestamp();
+	LWLockRelease(oe_shared->lock);
 }
 
 /*

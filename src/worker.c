@@ -352,27 +352,6 @@ static Oid	version_checked_for = InvalidOid;	/* the extension last checked */
 /* Per-worker memory of which streams failed last time, to log once. */
 static List *failing_streams = NIL;
 
-static void
-set_state(const char *state)
-{
-	LWLockAcquire(oe_shared->lock, LW_EXCLUSIVE);
-	strlcpy(my_slot->state, state, sizeof(my_slot->state));
-	LWLockRelease(oe_shared->lock);
-	pgstat_report_activity(STATE_RUNNING, state);
-}
-
-static void
-leave_slot(int code, Datum arg)
-{
-	LWLockAcquire(oe_shared->lock, LW_EXCLUSIVE);
-	if (my_slot->pid == MyProcPid)
-	{
-		my_slot->pid = 0;
-		my_slot->latch = NULL;
-	}
-	LWLockRelease(oe_shared->lock);
-}
-
 /* Warn once per installation if its SQL objects are of another version. */
 static void
 check_extension_version(void)
@@ -449,10 +428,8 @@ work_failed(const char *stream, MemoryContext cycle_context)
 				 errmsg("ordered_events could not list the streams with work: %s",
 						edata->message),
 				 errhint("The worker retries every cycle; see ordered_events.worker_status.")));
-	LWLockAcquire(oe_shared->lock, LW_EXCLUSIVE);
-	snprintf(my_slot->last_error, OE_ERROR_LEN, "%s%s: %s",
-			 stream ? "stream " : "", stream ? stream : "listing streams", edata->message);
-	LWLockRelease(oe_shared->lock);
+	oe_slot_set_error("%s%s: %s", stream ? "stream " : "",
+					  stream ? stream : "listing streams", edata->message);
 	FreeErrorData(edata);
 }
 
@@ -557,11 +534,11 @@ run_cycle(MemoryContext cycle_context)
 
 	if (!streams_with_work(cycle_context, &streams))
 	{
-		set_state("waiting for extension");
+		oe_slot_set_state("waiting for extension");
 		return false;
 	}
 
-	set_state("releasing");
+	oe_slot_set_state("releasing");
 	while (streams != NIL)
 	{
 		List	   *busy = NIL;
@@ -587,12 +564,8 @@ run_cycle(MemoryContext cycle_context)
 		}
 	}
 
-	LWLockAcquire(oe_shared->lock, LW_EXCLUSIVE);
-	my_slot->cycles++;
-	my_slot->released_total += released_total;
-	my_slot->last_cycle_at = GetCurrentTimestamp();
-	LWLockRelease(oe_shared->lock);
-	set_state("idle");
+	oe_slot_count_cycle(released_total);
+	oe_slot_set_state("idle");
 	return more;
 }
 
@@ -606,18 +579,9 @@ oe_database_worker_main(Datum arg)
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
 
-	my_slot = &oe_shared->slots[slotno];
-	LWLockAcquire(oe_shared->lock, LW_EXCLUSIVE);
-	if (!my_slot->in_use || my_slot->dropping)
-	{
-		LWLockRelease(oe_shared->lock);
+	my_slot = oe_claim_slot(slotno);
+	if (my_slot == NULL)
 		proc_exit(0);
-	}
-	my_slot->pid = MyProcPid;
-	my_slot->latch = MyLatch;
-	my_slot->started_at = GetCurrentTimestamp();
-	LWLockRelease(oe_shared->lock);
-	before_shmem_exit(leave_slot, (Datum) 0);
 
 	BackgroundWorkerInitializeConnection(my_slot->dbname, NULL, 0);
 	pgstat_report_appname("ordered_events worker");

@@ -1,5 +1,5 @@
--- The functions of the contract (DESIGN.md section 2): each exists once,
--- with exactly the contract's argument names, types and defaults, its
+-- The functions of the contract (README.md, "SQL reference"): each exists
+-- once, with exactly the contract's argument names, types and defaults, its
 -- return type and volatility, and none is STRICT (a NULL argument must give
 -- an error or a meaning such as "every stream", never a silent NULL).
 -- blockers(stream), the open transactions a blocked stream waits for, came

@@ -1,5 +1,7 @@
--- The views and tables of the contract (DESIGN.md section 2): each has
--- exactly the contract's columns, in the contract's order, with their types.
+-- The views and tables of the contract (README.md, "SQL reference": streams
+-- under "Streams", inbox under "Writing", the others under "Reading"): each
+-- has exactly the contract's columns, in the contract's order, with their
+-- types.
 BEGIN;
 SELECT plan(118);
 
@@ -22,12 +24,12 @@ INSERT INTO contract_relation VALUES
     (2, 'inbox',         '{v}'),
     (3, 'released',      '{v}'),
     (4, 'pending',       '{v}'),
-    (5, 'ranges',        '{v,r}'),     -- "table/view" in the contract
+    (5, 'ranges',        '{v,r}'),     -- a view in the README; a table would do as well
     (6, 'key_status',    '{v}'),
     (7, 'stream_stats',  '{v}'),
     (8, 'worker_status', '{v}'),
     (9, 'unprocessed',   '{r}'),
-    (10, 'skipped_gaps', '{v,r}');    -- "table" in the contract; a view over the internal ledger
+    (10, 'skipped_gaps', '{v,r}');    -- a view over the internal ledger; a table would do as well
 
 INSERT INTO contract_column (rel, pos, col, typ) VALUES
     ('streams', 1, 'stream', 'text'),

@@ -1,7 +1,13 @@
--- Bad input is an ERROR with the contract's SQLSTATE, a lower-case message
--- and a hint (DESIGN.md section 3, rule 5), and it changes nothing.
+-- The error contract for bad arguments (README.md, "SQL reference" and
+-- "Guarantees" 5): each kind of bad input, to every function and to the
+-- inbox, is an ERROR with the SQLSTATE of the README's table, a lower-case
+-- message and a hint, and it changes nothing.  The SQLSTATEs are pinned
+-- here; sql/errors.sql shows what the user reads (message, detail, hint),
+-- one example of each message.  The errors at the edges of bigint,
+-- in read-only transactions and of missing privileges have their own files
+-- in sql/.
 BEGIN;
-SELECT plan(163);
+SELECT plan(192);
 
 SELECT ordered_events.create_stream('tap_err');
 SELECT ordered_events.ingest('tap_err', 1, 'k');
@@ -193,7 +199,41 @@ INSERT INTO bad_input VALUES
 (83, '42704', 'blockers of an unknown stream',
      $$SELECT * FROM ordered_events.blockers('tap_no_such')$$),
 (84, '22004', 'blockers with NULL stream',
-     $$SELECT * FROM ordered_events.blockers(NULL)$$);
+     $$SELECT * FROM ordered_events.blockers(NULL)$$),
+-- names are matched as given: never truncated (nor folded, 9 above)
+(85, '42704', 'release of a stream name of 100 characters (not truncated to a known one)',
+     $$SELECT ordered_events.release(repeat('e', 100))$$),
+-- the key's length is checked before anything else
+(86, '22001', 'ingest with a key of 100000 bytes',
+     $$SELECT ordered_events.ingest('tap_err', 2, repeat('x', 100000))$$),
+(87, '22001', 'over-long key of a seq below the initial sequence (checked first)',
+     $$SELECT ordered_events.ingest('tap_err', 0, repeat('x', 1025))$$),
+(88, '22023', 'last_event on a global stream, for a seq that is already there',
+     $$SELECT ordered_events.ingest('tap_err', 1, 'k', last_event => true)$$),
+-- create_stream(NULL) is refused as an invalid name
+(89, '42602', 'NULL stream name',
+     $$SELECT ordered_events.create_stream(NULL)$$),
+-- option values are matched as given, never folded
+(90, '22023', 'sequencing in upper case',
+     $$SELECT ordered_events.create_stream('tap_err_opt', sequencing => 'GLOBAL')$$),
+(91, '22023', 'gap_policy in upper case',
+     $$SELECT ordered_events.create_stream('tap_err_opt', gap_policy => 'WAIT')$$),
+(92, '22023', 'gap_timeout of zero with gap_policy wait',
+     $$SELECT ordered_events.create_stream('tap_err_opt', gap_policy => 'wait', gap_timeout => '0')$$),
+(93, '42710', 'create_stream of an existing stream with other options',
+     $$SELECT ordered_events.create_stream('tap_err', max_release_batch => 7)$$),
+(94, '22023', 'alter_stream to timeout with a gap_timeout of zero',
+     $$SELECT ordered_events.alter_stream('tap_err', gap_policy => 'timeout', gap_timeout => '0')$$),
+(95, '22023', 'alter_stream to a negative max_release_batch',
+     $$SELECT ordered_events.alter_stream('tap_err', max_release_batch => -5)$$),
+-- a valid option does not go through with an invalid one
+(96, '22023', 'alter_stream to gap_policy wait with max_release_batch 0',
+     $$SELECT ordered_events.alter_stream('tap_err', gap_policy => 'wait', max_release_batch => 0)$$),
+(97, '22023', 'alter_stream to max_release_batch 9 with a gap_timeout on a wait stream',
+     $$SELECT ordered_events.alter_stream('tap_err', gap_timeout => '1 minute', max_release_batch => 9)$$),
+(98, '22023', 'alter_stream to max_release_batch 9 with gap_policy timeout and a negative gap_timeout',
+     $$SELECT ordered_events.alter_stream('tap_err', gap_policy => 'timeout', gap_timeout => '-1 s',
+                                          max_release_batch => 9)$$);
 
 -- The error a statement raises: SQLSTATE, message and hint.
 CREATE FUNCTION pg_temp.error_of(sql text,
@@ -207,7 +247,7 @@ EXCEPTION WHEN OTHERS THEN
 END;
 $$;
 
--- 79 x 2 tests
+-- 93 x 2 tests
 SELECT throws_ok(b.sql, b.sqlstate, NULL, format('%s: %s', b.sqlstate, b.label))
   FROM bad_input b ORDER BY b.id;
 SELECT ok(e.message ~ '^[a-z]' AND coalesce(e.hint, '') <> '',
@@ -218,13 +258,21 @@ SELECT ok(e.message ~ '^[a-z]' AND coalesce(e.hint, '') <> '',
 -- configuration and their events, nothing went to unprocessed or to the
 -- skip ledger.
 SELECT results_eq(
-    $$SELECT stream, gap_policy, gap_timeout, max_release_batch FROM ordered_events.streams
-       WHERE stream LIKE 'tap_err%' OR lower(stream) LIKE '%orders%' ORDER BY stream$$,
-    $$VALUES ('tap_err'::text, 'wait'::text, NULL::interval, 10000),
-             ('tap_err_fence', 'fence', NULL, 10000),
-             ('tap_err_keyed', 'wait', NULL, 10000),
-             ('tap_err_timeout', 'timeout', '1 minute', 10000)$$,
+    $$SELECT stream, sequencing, initial_sequence, gap_policy, gap_timeout, max_release_batch
+        FROM ordered_events.streams
+       WHERE stream LIKE 'tap_err%' OR lower(stream) LIKE '%orders%'
+       ORDER BY stream$$,
+    $$VALUES ('tap_err'::text, 'global'::text, 1::bigint, 'wait'::text, NULL::interval, 10000),
+             ('tap_err_fence', 'global', 1, 'fence', NULL, 10000),
+             ('tap_err_keyed', 'per_key', 1, 'wait', NULL, 10000),
+             ('tap_err_timeout', 'global', 1, 'timeout', '1 minute', 10000)$$,
     'the failed calls created or changed no stream');
+SELECT results_eq(
+    $$SELECT stream, range_start, range_end FROM ordered_events.ranges
+       WHERE stream LIKE 'tap_err%' ORDER BY stream$$,
+    $$VALUES ('tap_err'::text, 1::bigint, 1::bigint), ('tap_err_fence', 1, 1),
+             ('tap_err_timeout', 1, 1)$$,
+    'the failed calls moved no range');
 SELECT results_eq(
     $$SELECT (SELECT count(*) FROM ordered_events.pending WHERE stream LIKE 'tap_err%'),
              (SELECT count(*) FROM ordered_events.released WHERE stream LIKE 'tap_err%'),
@@ -235,8 +283,8 @@ SELECT is_empty(
     $$SELECT * FROM ordered_events.skipped_gaps WHERE stream LIKE 'tap_err%'$$,
     'the failed calls skipped nothing');
 
--- Rule 5 for append() and skip_gap(): an over-long key takes no seq and
--- records no skip.
+-- "Changes nothing" for append() and skip_gap(): an over-long key takes no
+-- seq and records no skip.
 SELECT is(ordered_events.append('tap_err_fence', 'k'), 2::bigint,
     'the failed append() calls took no seq: the next one is 2');
 SELECT throws_ok($$SELECT ordered_events.skip_gap('tap_err_keyed', 5, 'lost', repeat('x', 1025))$$,

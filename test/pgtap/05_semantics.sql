@@ -1,98 +1,22 @@
--- What the contract promises about the values the API returns and shows
--- (DESIGN.md sections 1-3), for global streams with gap_policy 'wait', in one
--- session.  Concurrency is in test/isolation.
+-- The contract about the values the functions return and the views show
+-- (README.md, "SQL reference", "Streams: global and per-key" and
+-- "Guarantees"), as assertions, for global streams with gap_policy 'wait',
+-- in one session: the outcomes and their dead letters, timestamps, the
+-- edges of what is accepted (keys, stream names, last_event,
+-- initial_sequence), max_release_batch, release(NULL), gaps(), the inbox,
+-- drop_stream.  The README's example itself, each step with what every view
+-- shows, is the worked example sql/seed.sql; concurrency is in
+-- test/isolation.
 BEGIN;
-SELECT plan(57);
+SELECT plan(47);
 
--- create_stream defaults, as the streams view shows them.
+-- The events of the README's example, released: key1 1,3,4,6 and key2
+-- 2,5,7, range [1,8).  sql/seed.sql shows how they get there.
 SELECT ordered_events.create_stream('tap_seed');
-SELECT results_eq(
-    $$SELECT sequencing, initial_sequence, gap_policy, gap_timeout, max_release_batch,
-             created_at IS NOT NULL
-        FROM ordered_events.streams WHERE stream = 'tap_seed'$$,
-    $$VALUES ('global'::text, 1::bigint, 'wait'::text, NULL::interval, 10000, true)$$,
-    'create_stream defaults: global, 1, wait, no timeout, batch 10000');
-SELECT results_eq(
-    $$SELECT range_start, range_end, max_event_ts FROM ordered_events.ranges
-       WHERE stream = 'tap_seed'$$,
-    $$VALUES (1::bigint, 1::bigint, NULL::timestamptz)$$,
-    'a new stream has the empty range [initial_sequence, initial_sequence)');
-SELECT is_empty($$SELECT * FROM ordered_events.gaps('tap_seed')$$,
-    'a new stream has no gaps');
-
--- The seed scenario of the contract.
-SELECT is(array_agg(ordered_events.ingest('tap_seed', a.seq, a.key,
-                        jsonb_build_object('n', a.seq),
-                        event_ts => '2024-01-01 00:00:00+00'::timestamptz + a.seq * interval '1 minute')
-                    ORDER BY a.ord),
-          '{accepted,accepted,accepted,accepted,accepted,accepted}'::ordered_events.outcome[],
-          'seed arrivals (1,key1) (2,key2) (3,key1) (4,key1) (5,key2) (7,key2) are accepted')
-  FROM (VALUES (1, 1, 'key1'), (2, 2, 'key2'), (3, 3, 'key1'),
-               (4, 4, 'key1'), (5, 5, 'key2'), (6, 7, 'key2')) AS a(ord, seq, key);
-SELECT is_empty($$SELECT * FROM ordered_events.released WHERE stream = 'tap_seed'$$,
-    'nothing is released before a release step');
-SELECT is(ordered_events.release('tap_seed'), 5::bigint, 'release() releases 1..5');
-SELECT results_eq(
-    $$SELECT range_start, range_end, max_event_ts FROM ordered_events.ranges
-       WHERE stream = 'tap_seed'$$,
-    $$VALUES (1::bigint, 6::bigint, '2024-01-01 00:05:00+00'::timestamptz)$$,
-    'range [1,6); max_event_ts is the largest event_ts inside it');
-SELECT results_eq(
-    $$SELECT seq, key COLLATE "default", payload FROM ordered_events.released WHERE stream = 'tap_seed'$$,
-    $$VALUES (1::bigint, 'key1'::text, '{"n": 1}'::jsonb), (2, 'key2', '{"n": 2}'),
-             (3, 'key1', '{"n": 3}'), (4, 'key1', '{"n": 4}'), (5, 'key2', '{"n": 5}')$$,
-    'released view: 1..5 in seq order with their keys and payloads');
-SELECT results_eq(
-    $$SELECT key COLLATE "default", array_agg(seq ORDER BY seq) FROM ordered_events.released
-       WHERE stream = 'tap_seed' GROUP BY key ORDER BY key$$,
-    $$VALUES ('key1'::text, '{1,3,4}'::bigint[]), ('key2', '{2,5}')$$,
-    'key1 released 1,3,4; key2 released 2,5');
-SELECT results_eq(
-    $$SELECT seq, key COLLATE "default" FROM ordered_events.pending WHERE stream = 'tap_seed'$$,
-    $$VALUES (7::bigint, 'key2'::text)$$,
-    '7 is pending');
-SELECT results_eq(
-    $$SELECT key COLLATE "default", gap_start, gap_end, first_seen IS NOT NULL FROM ordered_events.gaps('tap_seed')$$,
-    $$VALUES (NULL::text, 6::bigint, 6::bigint, true)$$,
-    'gaps: key NULL, the inclusive run 6..6, first_seen set by the release step');
-SELECT results_eq(
-    $$SELECT range_end, max_seen_seq, pending_count, released_count, unprocessed_count,
-             oldest_pending_at IS NOT NULL, first_gap_start, first_gap_since IS NOT NULL,
-             skipped_count
-        FROM ordered_events.stream_stats WHERE stream = 'tap_seed'$$,
-    $$VALUES (6::bigint, 7::bigint, 1::bigint, 5::bigint, 0::bigint, true, 6::bigint, true,
-              0::bigint)$$,
-    'stream_stats after the first release');
-SELECT results_eq(
-    $$SELECT key COLLATE "default", last_released_seq, buffered_count, earliest_buffered_seq, latest_buffered_seq,
-             received_count, released_count, duplicate_count, last_event_received
-        FROM ordered_events.key_status WHERE stream = 'tap_seed' ORDER BY key$$,
-    $$VALUES ('key1'::text, 4::bigint, 0::bigint, NULL::bigint, NULL::bigint, 3::bigint,
-              3::bigint, 0::bigint, false),
-             ('key2', 5, 1, 7, 7, 3, 2, 0, false)$$,
-    'key_status after the first release');
-SELECT is(ordered_events.release('tap_seed'), 0::bigint,
-    'a second release step without new events releases nothing');
-
-SELECT is(ordered_events.ingest('tap_seed', 6, 'key1'), 'accepted'::ordered_events.outcome,
-    'seq 6 arrives');
-SELECT is(ordered_events.release('tap_seed'), 2::bigint, 'release() releases 6 and 7');
-SELECT results_eq(
-    $$SELECT seq FROM ordered_events.released WHERE stream = 'tap_seed'$$,
-    $$VALUES (1::bigint), (2), (3), (4), (5), (6), (7)$$,
-    'the released view lists 1..7 in order, 6 before 7');
-SELECT results_eq(
-    $$SELECT range_start, range_end FROM ordered_events.ranges WHERE stream = 'tap_seed'$$,
-    $$VALUES (1::bigint, 8::bigint)$$,
-    'range [1,8)');
-SELECT results_eq(
-    $$SELECT pending_count, released_count, first_gap_start, first_gap_since
-        FROM ordered_events.stream_stats WHERE stream = 'tap_seed'$$,
-    $$VALUES (0::bigint, 7::bigint, NULL::bigint, NULL::timestamptz)$$,
-    'no pending event, no gap');
-SELECT ok((SELECT bool_and(received_at IS NOT NULL AND released_at IS NOT NULL)
-             FROM ordered_events.released WHERE stream = 'tap_seed'),
-    'every released event has received_at and released_at');
+SELECT count(ordered_events.ingest('tap_seed', a.seq, a.key, jsonb_build_object('n', a.seq)))
+  FROM (VALUES (1, 'key1'), (2, 'key2'), (3, 'key1'), (4, 'key1'),
+               (5, 'key2'), (6, 'key1'), (7, 'key2')) AS a(seq, key);
+SELECT ordered_events.release('tap_seed');
 
 -- Outcomes other than accepted go to unprocessed with their reason.
 SELECT is(ordered_events.ingest('tap_seed', 3, 'key9', '{"again": true}'),
@@ -160,6 +84,17 @@ SELECT lives_ok(format('SELECT ordered_events.create_stream(%L)', 'a' || repeat(
     'a stream name of 63 characters is valid');
 SELECT lives_ok($$SELECT ordered_events.create_stream('_x9')$$,
     'a stream name may start with an underscore and hold digits');
+SELECT results_eq(
+    $$SELECT stream, length(stream) FROM ordered_events.streams
+       WHERE stream IN ('_x9', 'a' || repeat('b', 62)) ORDER BY length(stream)$$,
+    $$VALUES ('_x9'::text, 3), ('a' || repeat('b', 62), 63)$$,
+    'the streams view shows both names whole');
+SELECT is(ordered_events.ingest('a' || repeat('b', 62), 1, 'k'), 'accepted'::ordered_events.outcome,
+    'the stream of a 63-character name takes events by that name');
+SELECT is(ordered_events.release('a' || repeat('b', 62)), 1::bigint,
+    'the stream of a 63-character name releases');
+SELECT lives_ok(format('SELECT ordered_events.drop_stream(%L)', 'a' || repeat('b', 62)),
+    'the stream of a 63-character name is dropped by that name');
 
 -- initial_sequence.
 SELECT ordered_events.create_stream('tap_init', initial_sequence => -5);
@@ -172,6 +107,22 @@ SELECT results_eq(
     $$SELECT range_start, range_end FROM ordered_events.ranges WHERE stream = 'tap_init'$$,
     $$VALUES (-5::bigint, -4::bigint)$$,
     'range [-5,-4)');
+-- The largest valid initial_sequence, 9223372036854775806, with the
+-- smallest max_release_batch, 1.
+SELECT ordered_events.create_stream('tap_init_max', initial_sequence => 9223372036854775806,
+                                    max_release_batch => 1);
+SELECT is(ordered_events.ingest('tap_init_max', 9223372036854775806, 'k'),
+    'accepted'::ordered_events.outcome,
+    'initial_sequence 9223372036854775806 is valid: its first seq is accepted');
+SELECT is(ordered_events.ingest('tap_init_max', 9223372036854775807, 'k'),
+    'sequence_id_outside_valid_range'::ordered_events.outcome,
+    'the seq after it has no successor: sequence_id_outside_valid_range');
+SELECT is(ordered_events.release('tap_init_max'), 1::bigint,
+    'max_release_batch 1 is valid: the step releases the one event');
+SELECT results_eq(
+    $$SELECT range_start, range_end FROM ordered_events.ranges WHERE stream = 'tap_init_max'$$,
+    $$VALUES (9223372036854775806::bigint, 9223372036854775807::bigint)$$,
+    'range [9223372036854775806,9223372036854775807)');
 
 -- max_release_batch bounds one release step; alter_stream changes it and a
 -- NULL keeps a value.
@@ -198,6 +149,14 @@ SELECT results_eq(
        WHERE stream IN ('tap_batch', 'tap_init') ORDER BY stream$$,
     $$VALUES ('tap_batch'::text, 9::bigint), ('tap_init', -3)$$,
     'both ranges moved');
+
+-- last_event is for per-key streams (true on a global stream is an error,
+-- 04_errors.sql); false and NULL are no error on a global stream.
+SELECT ordered_events.create_stream('tap_last');
+SELECT is(ordered_events.ingest('tap_last', 1, 'k', last_event => false),
+    'accepted'::ordered_events.outcome, 'last_event => false is accepted on a global stream');
+SELECT is(ordered_events.ingest('tap_last', 2, 'k', last_event => NULL),
+    'accepted'::ordered_events.outcome, 'last_event => NULL is accepted on a global stream');
 
 -- Several gaps, inclusive bounds.
 SELECT ordered_events.create_stream('tap_gaps');

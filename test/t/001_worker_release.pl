@@ -12,21 +12,16 @@
 use strict;
 use warnings;
 
-use PostgreSQL::Test::Cluster;
+use FindBin;
+use lib $FindBin::RealBin;
+use OrderedEvents;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time usleep);
 
-my $node = PostgreSQL::Test::Cluster->new('release');
-$node->init;
-$node->append_conf('postgresql.conf',
-	"shared_preload_libraries = 'ordered_events'\n"
-	  . "ordered_events.databases = 'postgres'\n"
-	  . "ordered_events.naptime = 200\n");
-$node->start;
+my $node = OrderedEvents::node('release', databases => 'postgres', naptime => 200);
 
 $node->safe_psql('postgres', q{
-	CREATE EXTENSION ordered_events;
 	SELECT ordered_events.create_stream('s');
 	SELECT ordered_events.create_stream('other');
 });
@@ -111,7 +106,7 @@ is( $node->safe_psql('postgres', q{
 	'3/3/3', 'each event released exactly once, with a release time');
 is( $node->safe_psql('postgres', q{
 	SELECT string_agg(l.seq_start || '-' || l.seq_end, ',' ORDER BY l.seq_end)
-	  FROM ordered_events.release_log l
+	  FROM ordered_events.lane_release_log l
 	  JOIN ordered_events.stream_def d USING (stream_id)
 	 WHERE d.stream = 's'}),
 	'1-4', 'one release step covered [1,4)');

@@ -18,20 +18,15 @@
 use strict;
 use warnings;
 
-use PostgreSQL::Test::Cluster;
+use FindBin;
+use lib $FindBin::RealBin;
+use OrderedEvents;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $node = PostgreSQL::Test::Cluster->new('lifecycle');
-$node->init;
-$node->append_conf('postgresql.conf',
-	"shared_preload_libraries = 'ordered_events'\n"
-	  . "ordered_events.databases = 'postgres'\n"
-	  . "ordered_events.naptime = 200\n");
-$node->start;
+my $node = OrderedEvents::node('lifecycle', databases => 'postgres', naptime => 200);
 
 $node->safe_psql('postgres', q{
-	CREATE EXTENSION ordered_events;
 	SELECT ordered_events.create_stream('s');
 });
 
@@ -233,7 +228,7 @@ is( $node->safe_psql('postgres',
 is( $node->safe_psql('postgres', qq{
 	SELECT string_agg(l.seq_start || '-' || l.seq_end || ' '
 	                  || (l.released_at > '$enabled_at'::timestamptz), ',')
-	  FROM ordered_events.release_log l
+	  FROM ordered_events.lane_release_log l
 	  JOIN ordered_events.stream_def d USING (stream_id)
 	 WHERE d.stream = 's'}),
 	'1-3 true', 'released by one step, after enabled = on');

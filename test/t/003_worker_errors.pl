@@ -1,7 +1,7 @@
 
 # Background worker: an error in one stream.
 #
-# Stream "blocked" has its progress row locked by another session, so the
+# Stream "blocked" has its release lock (stream_def row) held by another session, so the
 # worker's release step for it fails on lock_timeout (1s) every cycle.
 # - Stream "free" is released all the same, also events arriving while
 #   "blocked" keeps failing.
@@ -14,20 +14,15 @@
 use strict;
 use warnings;
 
-use PostgreSQL::Test::Cluster;
+use FindBin;
+use lib $FindBin::RealBin;
+use OrderedEvents;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $node = PostgreSQL::Test::Cluster->new('errors');
-$node->init;
-$node->append_conf('postgresql.conf',
-	"shared_preload_libraries = 'ordered_events'\n"
-	  . "ordered_events.databases = 'postgres'\n"
-	  . "ordered_events.naptime = 200\n");
-$node->start;
+my $node = OrderedEvents::node('errors', databases => 'postgres', naptime => 200);
 
 $node->safe_psql('postgres', q{
-	CREATE EXTENSION ordered_events;
 	SELECT ordered_events.create_stream('blocked');
 	SELECT ordered_events.create_stream('free');
 });
@@ -69,14 +64,12 @@ sub failure_lines
 }
 
 my $lock_sql = q{
-	SELECT stream_id FROM ordered_events.stream_progress
-	 WHERE stream_id = (SELECT stream_id FROM ordered_events.stream_def
-	                     WHERE stream = 'blocked')
-	   FOR UPDATE};
+	SELECT stream_id FROM ordered_events.stream_def
+	 WHERE stream = 'blocked' FOR UPDATE};
 
 my $log_offset = -s $node->logfile;
 
-# Hold the progress row of "blocked".
+# Hold the release lock of "blocked" (its stream_def row).
 my $locker = $node->background_psql('postgres');
 $locker->query_safe('BEGIN');
 $locker->query_safe($lock_sql);
@@ -135,7 +128,7 @@ is( $node->safe_psql('postgres', q{
 	SELECT count(*) || '/' || count(DISTINCT (stream, seq)) FROM ordered_events.released}),
 	'5/5', 'every event released once');
 is( $node->safe_psql('postgres', q{
-	SELECT sum(seq_end - seq_start) FROM ordered_events.release_log}),
+	SELECT sum(seq_end - seq_start) FROM ordered_events.lane_release_log}),
 	'5', 'the release log covers each event once');
 
 # A new failure after the recovery is logged again (once).

@@ -14,21 +14,16 @@
 use strict;
 use warnings;
 
-use PostgreSQL::Test::Cluster;
+use FindBin;
+use lib $FindBin::RealBin;
+use OrderedEvents;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $node = PostgreSQL::Test::Cluster->new('crash');
-$node->init;
-$node->append_conf('postgresql.conf',
-	"shared_preload_libraries = 'ordered_events'\n"
-	  . "ordered_events.databases = 'postgres'\n"
-	  . "ordered_events.naptime = 200\n"
-	  . "restart_after_crash = on\n");
-$node->start;
+my $node = OrderedEvents::node('crash', databases => 'postgres', naptime => 200,
+	conf => ['restart_after_crash = on']);
 
 $node->safe_psql('postgres', q{
-	CREATE EXTENSION ordered_events;
 	SELECT ordered_events.create_stream('c', max_release_batch => 100);
 	SELECT ordered_events.create_stream('d');
 });
@@ -70,7 +65,7 @@ sub check_exact
 		       bool_and(seq_start = coalesce(prev_end, 1))
 		  FROM (SELECT l.seq_start, l.seq_end,
 		               lag(l.seq_end) OVER (ORDER BY l.seq_end) AS prev_end
-		          FROM ordered_events.release_log l
+		          FROM ordered_events.lane_release_log l
 		          JOIN ordered_events.stream_def d USING (stream_id)
 		         WHERE d.stream = '$stream') s}),
 		"$n/true", "$what: release steps cover each seq once, contiguously");
@@ -124,7 +119,7 @@ check_exact('c', 20000, 'c after the crash');
 # Where the kill landed (information only: the checks hold either way).
 diag 'c: range_end when the new worker started: ' . $node->safe_psql('postgres', q{
 	SELECT coalesce(max(l.seq_end), 2)
-	  FROM ordered_events.release_log l
+	  FROM ordered_events.lane_release_log l
 	 WHERE l.released_at < (SELECT started_at FROM ordered_events.worker_status
 	                         WHERE database = 'postgres')});
 

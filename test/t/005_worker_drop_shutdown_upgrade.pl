@@ -20,20 +20,15 @@
 use strict;
 use warnings;
 
-use PostgreSQL::Test::Cluster;
+use FindBin;
+use lib $FindBin::RealBin;
+use OrderedEvents;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $node = PostgreSQL::Test::Cluster->new('dropstop');
-$node->init;
-$node->append_conf('postgresql.conf',
-	"shared_preload_libraries = 'ordered_events'\n"
-	  . "ordered_events.databases = 'postgres'\n"
-	  . "ordered_events.naptime = 200\n");
-$node->start;
+my $node = OrderedEvents::node('dropstop', databases => 'postgres', naptime => 200);
 
 $node->safe_psql('postgres', q{
-	CREATE EXTENSION ordered_events;
 	SELECT ordered_events.create_stream('s', max_release_batch => 100);
 	SELECT ordered_events.create_stream('blocked');
 	ALTER SYSTEM SET ordered_events.databases = 'postgres,app';
@@ -148,9 +143,7 @@ ok( $node->poll_query_until('postgres', q{
 my $locker = $node->background_psql('postgres');
 $locker->query_safe('BEGIN');
 $locker->query_safe(q{
-	SELECT 1 FROM ordered_events.stream_progress
-	 WHERE stream_id = (SELECT stream_id FROM ordered_events.stream_def
-	                     WHERE stream = 'blocked') FOR UPDATE});
+	SELECT 1 FROM ordered_events.stream_def WHERE stream = 'blocked' FOR UPDATE});
 $node->safe_psql('postgres', q{
 	SELECT ordered_events.ingest('blocked', 1, 'k');
 	INSERT INTO ordered_events.inbox (stream, seq, key)
@@ -209,7 +202,7 @@ is( $node->safe_psql('postgres', q{
 	 WHERE stream = 's'}),
 	'50000/50000', 'every event of s released once');
 is( $node->safe_psql('postgres', q{
-	SELECT sum(seq_end - seq_start) FROM ordered_events.release_log l
+	SELECT sum(seq_end - seq_start) FROM ordered_events.lane_release_log l
 	  JOIN ordered_events.stream_def d USING (stream_id) WHERE d.stream = 's'}),
 	'50000', 'the release log covers each event of s once');
 

@@ -14,7 +14,9 @@
 use strict;
 use warnings;
 
-use PostgreSQL::Test::Cluster;
+use FindBin;
+use lib $FindBin::RealBin;
+use OrderedEvents;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
@@ -23,16 +25,9 @@ if ($^O ne 'linux')
 	plan skip_all => 'reads /proc/PID/status';
 }
 
-my $node = PostgreSQL::Test::Cluster->new('memory');
-$node->init;
-$node->append_conf('postgresql.conf',
-	"shared_preload_libraries = 'ordered_events'\n"
-	  . "ordered_events.databases = 'postgres'\n"
-	  . "ordered_events.naptime = 200\n");
-$node->start;
+my $node = OrderedEvents::node('memory', databases => 'postgres', naptime => 200);
 
 $node->safe_psql('postgres', q{
-	CREATE EXTENSION ordered_events;
 	SELECT ordered_events.create_stream('m1', max_release_batch => 500);
 	SELECT ordered_events.create_stream('m2', max_release_batch => 500);
 });

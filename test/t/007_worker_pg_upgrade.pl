@@ -11,21 +11,17 @@ use strict;
 use warnings;
 
 use Cwd;
-use PostgreSQL::Test::Cluster;
+use FindBin;
+use lib $FindBin::RealBin;
+use OrderedEvents;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $conf = "shared_preload_libraries = 'ordered_events'\n"
-  . "ordered_events.databases = 'postgres'\n"
-  . "ordered_events.naptime = 200\n";
+my %worker = (databases => 'postgres', naptime => 200);
 
-my $old = PostgreSQL::Test::Cluster->new('old');
-$old->init;
-$old->append_conf('postgresql.conf', $conf);
-$old->start;
+my $old = OrderedEvents::node('old', %worker);
 
 $old->safe_psql('postgres', q{
-	CREATE EXTENSION ordered_events;
 	SELECT ordered_events.create_stream('u');
 	INSERT INTO ordered_events.inbox (stream, seq, key)
 	SELECT 'u', g, 'k' || (g % 3) FROM generate_series(1, 1000) g WHERE g <> 501;
@@ -34,9 +30,7 @@ ok($old->poll_query_until('postgres',
 		"SELECT range_end FROM ordered_events.ranges WHERE stream = 'u'", '501'),
 	'old cluster: released up to the gap at 501');
 
-my $new = PostgreSQL::Test::Cluster->new('new');
-$new->init;
-$new->append_conf('postgresql.conf', $conf);
+my $new = OrderedEvents::node('new', %worker, start => 0);
 
 $old->stop;
 
@@ -85,7 +79,7 @@ is( $new->safe_psql('postgres', q{
 	          FROM ordered_events.released WHERE stream = 'u') r}),
 	'1000/1000/0', 'new cluster: 1..1000 released once each, in order');
 is( $new->safe_psql('postgres', q{
-	SELECT sum(seq_end - seq_start) FROM ordered_events.release_log}),
+	SELECT sum(seq_end - seq_start) FROM ordered_events.lane_release_log}),
 	'1000', 'new cluster: the release log covers each event once');
 
 $new->stop;

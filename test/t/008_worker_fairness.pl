@@ -11,26 +11,21 @@
 #
 # Whether the worker is still busy with the first half at that commit
 # depends on the machine's speed; the outcome does not: the check compares
-# the release times the extension records (release_log, one row per
+# the release times the extension records (lane_release_log, one row per
 # release step), after everything is done.
 
 use strict;
 use warnings;
 
-use PostgreSQL::Test::Cluster;
+use FindBin;
+use lib $FindBin::RealBin;
+use OrderedEvents;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $node = PostgreSQL::Test::Cluster->new('fairness');
-$node->init;
-$node->append_conf('postgresql.conf',
-	"shared_preload_libraries = 'ordered_events'\n"
-	  . "ordered_events.databases = 'postgres'\n"
-	  . "ordered_events.naptime = 1000\n");
-$node->start;
+my $node = OrderedEvents::node('fairness', databases => 'postgres', naptime => 1000);
 
 $node->safe_psql('postgres', q{
-	CREATE EXTENSION ordered_events;
 	SELECT ordered_events.create_stream('big', max_release_batch => 500);
 	SELECT ordered_events.create_stream('small');
 	INSERT INTO ordered_events.inbox (stream, seq, key)
@@ -78,17 +73,17 @@ is( $node->safe_psql('postgres', q{
 # big had steps after it, so small did not wait for the backlog.
 is( $node->safe_psql('postgres', q{
 	SELECT string_agg(l.seq_start || '-' || l.seq_end, ',')
-	  FROM ordered_events.release_log l
+	  FROM ordered_events.lane_release_log l
 	  JOIN ordered_events.stream_def d USING (stream_id)
 	 WHERE d.stream = 'small'}),
 	'1-3', 'the small stream was released by one step');
 my ($big_steps_after, $big_events_after) = split /\|/, $node->safe_psql('postgres', q{
 	SELECT count(*), coalesce(sum(l.seq_end - l.seq_start), 0)
-	  FROM ordered_events.release_log l
+	  FROM ordered_events.lane_release_log l
 	  JOIN ordered_events.stream_def d USING (stream_id)
 	 WHERE d.stream = 'big'
 	   AND l.released_at > (SELECT max(s.released_at)
-	                          FROM ordered_events.release_log s
+	                          FROM ordered_events.lane_release_log s
 	                          JOIN ordered_events.stream_def sd USING (stream_id)
 	                         WHERE sd.stream = 'small')});
 cmp_ok($big_steps_after, '>', 0,

@@ -27,20 +27,15 @@
 use strict;
 use warnings;
 
-use PostgreSQL::Test::Cluster;
+use FindBin;
+use lib $FindBin::RealBin;
+use OrderedEvents;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $node = PostgreSQL::Test::Cluster->new('gap_timeout_restart');
-$node->init;
-$node->append_conf('postgresql.conf',
-	"shared_preload_libraries = 'ordered_events'\n"
-	  . "ordered_events.databases = 'postgres'\n"
-	  . "ordered_events.naptime = 100\n");
-$node->start;
+my $node = OrderedEvents::node('gap_timeout_restart', databases => 'postgres', naptime => 100);
 
 $node->safe_psql('postgres', q{
-	CREATE EXTENSION ordered_events;
 	SELECT ordered_events.create_stream('t', gap_policy => 'timeout',
 	                                    gap_timeout => '1 hour');
 });
@@ -56,7 +51,7 @@ sub age_gap
 {
 	my ($span) = @_;
 	return $node->safe_psql('postgres', qq{
-		UPDATE ordered_events.stream_progress
+		UPDATE ordered_events.progress
 		   SET gap_first_seen = gap_first_seen - interval '$span'
 		 WHERE stream_id = (SELECT stream_id FROM ordered_events.stream_def
 		                     WHERE stream = 't')

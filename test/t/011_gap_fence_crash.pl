@@ -19,23 +19,18 @@
 use strict;
 use warnings;
 
-use PostgreSQL::Test::Cluster;
+use FindBin;
+use lib $FindBin::RealBin;
+use OrderedEvents;
 use PostgreSQL::Test::Utils;
 use IPC::Run;
 use Test::More;
 
 my $FENCE_REASON = 'fence: every transaction that could fill it has ended';
 
-my $node = PostgreSQL::Test::Cluster->new('gap_fence_crash');
-$node->init;
-$node->append_conf('postgresql.conf',
-	"shared_preload_libraries = 'ordered_events'\n"
-	  . "ordered_events.databases = 'postgres'\n"
-	  . "ordered_events.naptime = 100\n");
-$node->start;
+my $node = OrderedEvents::node('gap_fence_crash', databases => 'postgres', naptime => 100);
 
 $node->safe_psql('postgres', q{
-	CREATE EXTENSION ordered_events;
 	SELECT ordered_events.create_stream('f', gap_policy => 'fence');
 });
 ok( $node->poll_query_until('postgres', q{
@@ -220,7 +215,7 @@ is( $node->safe_psql('postgres', q{
 	       bool_and(seq_start = coalesce(prev_end, 1))
 	  FROM (SELECT l.seq_start, l.seq_end,
 	               lag(l.seq_end) OVER (ORDER BY l.seq_end) AS prev_end
-	          FROM ordered_events.release_log l
+	          FROM ordered_events.lane_release_log l
 	          JOIN ordered_events.stream_def d USING (stream_id)
 	         WHERE d.stream = 'f') s}),
 	$post[-1] . '/true', 'release steps cover each seq once, contiguously');

@@ -16,23 +16,18 @@
 use strict;
 use warnings;
 
-use PostgreSQL::Test::Cluster;
+use FindBin;
+use lib $FindBin::RealBin;
+use OrderedEvents;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $node = PostgreSQL::Test::Cluster->new('search_path');
-$node->init;
-$node->append_conf('postgresql.conf',
-	"shared_preload_libraries = 'ordered_events'\n"
-	  . "ordered_events.databases = 'postgres'\n"
-	  . "ordered_events.naptime = 100\n"
-	  . "max_prepared_transactions = 2\n");
-$node->start;
+my $node = OrderedEvents::node('search_path', databases => 'postgres', naptime => 100,
+	conf => ['max_prepared_transactions = 2']);
 
 $node->safe_psql('postgres', q{
 	CREATE ROLE mallory LOGIN;
 	ALTER SCHEMA public OWNER TO mallory;
-	CREATE EXTENSION ordered_events;
 	SELECT ordered_events.create_stream('g');
 	SELECT ordered_events.create_stream('f', gap_policy => 'fence');
 	SELECT ordered_events.create_stream('k', 'per_key', gap_policy => 'timeout',

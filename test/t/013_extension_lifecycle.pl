@@ -13,32 +13,19 @@
 use strict;
 use warnings;
 
-use PostgreSQL::Test::Cluster;
+use FindBin;
+use lib $FindBin::RealBin;
+use OrderedEvents;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $node = PostgreSQL::Test::Cluster->new('lifecycle');
-$node->init;
-$node->append_conf('postgresql.conf',
-	"shared_preload_libraries = 'ordered_events'\n"
-	  . "ordered_events.databases = 'postgres'\n"
-	  . "ordered_events.naptime = 100\n");
-$node->start;
+my $node = OrderedEvents::node('lifecycle', databases => 'postgres', naptime => 100);
 my $started = $node->safe_psql('postgres', 'SELECT pg_postmaster_start_time()');
 
 $node->safe_psql('postgres', q{
-	CREATE EXTENSION ordered_events;
 	SELECT ordered_events.create_stream('s');
 	SELECT ordered_events.ingest('s', 1, 'k');
 });
-
-# Send a query without waiting for its result.
-sub send_query
-{
-	my ($session, $query) = @_;
-	$session->{stdin} .= "$query\n";
-	$session->{run}->pump_nb();
-}
 
 # A producer session waits in ingest() for the lock DROP EXTENSION holds.
 my $producer = $node->background_psql('postgres', on_error_stop => 0);
@@ -46,7 +33,7 @@ $producer->query_safe("SELECT ordered_events.ingest('s', 2, 'k')");
 my $dropper = $node->background_psql('postgres');
 $dropper->query_safe('BEGIN');
 $dropper->query_safe('DROP EXTENSION ordered_events');
-send_query($producer, "SELECT ordered_events.ingest('s', 3, 'k');");
+OrderedEvents::send_query($producer, "SELECT ordered_events.ingest('s', 3, 'k');");
 ok( $node->poll_query_until('postgres', q{
 	SELECT count(*) = 1 FROM pg_stat_activity
 	 WHERE wait_event_type = 'Lock' AND query LIKE '%ingest(''s'', 3%'}),
@@ -104,8 +91,8 @@ $node->safe_psql('postgres', q{
 is($producer->query_safe(q{
 	SELECT ordered_events.ingest('s', 4, 'k'), ordered_events.ingest('pk', 3, 'a')}),
 	'accepted|accepted', 'the producer has cached the indexes');
-$node->safe_psql('postgres', 'REINDEX TABLE CONCURRENTLY ordered_events.events');
-$node->safe_psql('postgres', 'REINDEX TABLE CONCURRENTLY ordered_events.key_events');
+$node->safe_psql('postgres', 'REINDEX TABLE CONCURRENTLY ordered_events.event');
+$node->safe_psql('postgres', 'REINDEX TABLE CONCURRENTLY ordered_events.progress');
 is($producer->query_safe(q{
 	SELECT ordered_events.ingest('s', 3, 'k'), ordered_events.ingest('pk', 2, 'a'),
 	       ordered_events.ingest('s', 3, 'k')}),

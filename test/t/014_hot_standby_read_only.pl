@@ -6,16 +6,15 @@
 use strict;
 use warnings;
 
+use FindBin;
+use lib $FindBin::RealBin;
+use OrderedEvents;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $primary = PostgreSQL::Test::Cluster->new('primary');
-$primary->init(allows_streaming => 1);
-$primary->append_conf('postgresql.conf', "shared_preload_libraries = 'ordered_events'\n");
-$primary->start;
+my $primary = OrderedEvents::node('primary', allows_streaming => 1);
 $primary->safe_psql('postgres', q{
-	CREATE EXTENSION ordered_events;
 	SELECT ordered_events.create_stream('s');
 	SELECT ordered_events.create_stream('f', gap_policy => 'fence');
 	SELECT ordered_events.ingest('s', 2, 'k');

@@ -12,13 +12,13 @@
 use strict;
 use warnings;
 
-use PostgreSQL::Test::Cluster;
+use FindBin;
+use lib $FindBin::RealBin;
+use OrderedEvents;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $source = PostgreSQL::Test::Cluster->new('source');
-$source->init;
-$source->append_conf('postgresql.conf', "shared_preload_libraries = 'ordered_events'\n");
+my $source = OrderedEvents::node('source', start => 0);
 command_ok([ 'pg_resetwal', '-x', '30000', $source->data_dir ], 'source: xids start at 30000');
 $source->start;
 $source->safe_psql('postgres', q{
@@ -36,7 +36,7 @@ is($source->safe_psql('postgres', q{
 	SELECT ordered_events.release('f');
 	SELECT ordered_events.release('f');
 	SELECT gap_start || '..' || gap_end FROM ordered_events.gaps('f');
-	SELECT fence_xid IS NOT NULL FROM ordered_events.stream_progress}),
+	SELECT fence_xid IS NOT NULL FROM ordered_events.progress}),
 	"0\n0\n1..1\nt", 'source: the gap waits for its fence');
 
 my $dump = $source->basedir . '/dump';
@@ -45,10 +45,7 @@ command_ok([ 'pg_dump', '-Fc', '-f', $dump, '-d', $source->connstr('postgres') ]
 $holder->quit;
 $source->stop;
 
-my $target = PostgreSQL::Test::Cluster->new('target');
-$target->init;
-$target->append_conf('postgresql.conf', "shared_preload_libraries = 'ordered_events'\n");
-$target->start;
+my $target = OrderedEvents::node('target', extension => 0);
 command_ok([ 'pg_restore', '-d', $target->connstr('postgres'), $dump ],
 	'restore into a fresh cluster');
 

@@ -6,17 +6,15 @@
 use strict;
 use warnings;
 
-use PostgreSQL::Test::Cluster;
+use FindBin;
+use lib $FindBin::RealBin;
+use OrderedEvents;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $node = PostgreSQL::Test::Cluster->new('other_db');
-$node->init;
-$node->append_conf('postgresql.conf', "shared_preload_libraries = 'ordered_events'\n");
-$node->start;
+my $node = OrderedEvents::node('other_db');
 $node->safe_psql('postgres', q{
 	CREATE DATABASE other;
-	CREATE EXTENSION ordered_events;
 	SELECT ordered_events.create_stream('f', gap_policy => 'fence');
 });
 

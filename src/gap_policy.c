@@ -1,0 +1,251 @@
+/*-------------------------------------------------------------------------
+ *
+ * gap_policy.c
+ *	  When a gap may be skipped: the stream's gap policy ('wait', 'timeout',
+ *	  'fence'), and settling the skipped runs that a late event may still
+ *	  commit into.
+ *
+ * 'timeout' skips a gap once it has been missing for gap_timeout since a
+ * step first saw it (progress.gap_first_seen).  'fence' skips it once every
+ * transaction that could still fill it has ended.  The fence is sound
+ * because append() gives its transaction an xid before it takes a seq:
+ * when a step first sees the gap it reads the last allocated seq L, then
+ * the next xid X; a transaction holding a seq <= L has an xid below X, so
+ * once no xid below X runs, every seq <= L that is still missing never will
+ * arrive.  Only transactions of this database can write our tables, so
+ * those of other databases are not waited for.
+ *
+ * An event whose transaction was open while its seq was skipped may commit
+ * afterwards.  The views never release it; settling moves it to
+ * unprocessed: a run gets settle_xid (the next xid) from the first step
+ * after the skip committed, and once no xid below it runs (possibly in that
+ * same step), no transaction that missed the skip can still add to the run.
+ * Later arrivals are rejected at ingest (the stream cache knows the highest
+ * skipped seq).
+ *
+ * Stored xids (fence_xid, settle_xid) are of the cluster that stored them:
+ * after a dump is restored into another cluster they may lie beyond its
+ * xid counter; such an xid is read anew, which is always safe.
+ *
+ * The caller holds the stream's release lock and runs inside an
+ * internal-query scope.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "ordered_events.h"
+
+#include "access/transam.h"
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "miscadmin.h"
+#include "storage/proc.h"
+#include "storage/procarray.h"
+#include "utils/builtins.h"
+#include "utils/snapmgr.h"
+
+enum
+{
+	PLAN_FENCE_SEQ,
+	PLAN_UNSETTLED,
+	PLAN_TAKE_LATE,
+	PLAN_SETTLE_MARK
+};
+
+static OePlan plans[] = {
+	[PLAN_FENCE_SEQ] = {
+		"SELECT pg_catalog.pg_sequence_last_value($1)",
+		1, {REGCLASSOID}
+	},
+	[PLAN_UNSETTLED] = {
+		"SELECT ctid, lane, gap_start, gap_end, settle_xid::text::bigint, xmin "
+		"FROM ordered_events.gap_skips WHERE stream_id = $1 AND NOT settled",
+		1, {INT4OID}
+	},
+	[PLAN_TAKE_LATE] = {
+		"DELETE FROM ordered_events.event "
+		"WHERE stream_id = $1 AND lane = $2 AND seq BETWEEN $3 AND $4 "
+		"RETURNING seq, key, payload, event_ts, received_at",
+		4, {INT4OID, TEXTOID, INT8OID, INT8OID}
+	},
+	[PLAN_SETTLE_MARK] = {
+		"UPDATE ordered_events.gap_skips SET settle_xid = $2::text::xid8, settled = $3 "
+		"WHERE ctid = $1",
+		3, {TIDOID, TEXTOID, BOOLOID}
+	},
+};
+
+/*
+ * True if a transaction running in the snapshot may have written to this
+ * database: it runs here, or it cannot be told (it ended since, or it is a
+ * prepared transaction).
+ */
+static bool
+may_write_here(TransactionId xid)
+{
+	int			pid = BackendXidGetPid(xid);
+	PGPROC	   *proc = pid != 0 ? BackendPidGetProc(pid) : NULL;
+
+	return proc == NULL || proc->databaseId == MyDatabaseId;
+}
+
+/*
+ * True if every transaction but ours with an xid below "xid" that may have
+ * written here has ended, and the snapshot sees the ones that committed.  A
+ * snapshot lists the xids running below its xmax; an xid from its xmax on
+ * is invisible to it, so each of those must have rolled back (or died in a
+ * crash).  There are only as many as were assigned since the last commit;
+ * if there are very many, a later step will know.
+ */
+static bool
+no_xid_below(Snapshot snapshot, FullTransactionId xid)
+{
+	TransactionId limit = XidFromFullTransactionId(xid);
+	int			asked = 0;
+
+	for (uint32 i = 0; i < snapshot->xcnt; i++)
+		if (TransactionIdPrecedes(snapshot->xip[i], limit) &&
+			!TransactionIdIsCurrentTransactionId(snapshot->xip[i]) &&
+			may_write_here(snapshot->xip[i]))
+			return false;
+
+	for (TransactionId x = snapshot->xmax; TransactionIdPrecedes(x, limit);)
+	{
+		if (!TransactionIdIsCurrentTransactionId(x) &&
+			(++asked > 1000 || TransactionIdIsInProgress(x) || TransactionIdDidCommit(x)))
+			return false;
+		TransactionIdAdvance(x);
+	}
+	return true;
+}
+
+/*
+ * A stored xid into *xid; false if it is NULL or not of this cluster (its
+ * counter has not reached it: see the banner).
+ */
+bool
+oe_stored_xid(Datum value, bool isnull, FullTransactionId *xid)
+{
+	if (isnull)
+		return false;
+	*xid = FullTransactionIdFromU64(DatumGetInt64(value));
+	return !FullTransactionIdFollows(*xid, ReadNextFullTransactionId());
+}
+
+/*
+ * The lane is stopped at a gap range_end..gap_end (gap_end+1 has arrived, or
+ * starts a skipped run).  If its policy may skip it now, return the last seq
+ * to skip and set *reason; otherwise return PG_INT64_MIN.  A fence stream's
+ * first look at a gap reads the fence (the caller walks again with a
+ * snapshot taken after it).
+ */
+int64
+oe_policy_skip_end(OeLane *lane, int64 gap_end, Snapshot snapshot, const char **reason)
+{
+	switch (lane->stream->gap_policy)
+	{
+		case OE_GAP_WAIT:
+			break;
+
+		case OE_GAP_TIMEOUT:
+			if (lane->seen_gap_expired &&
+				lane->range_end >= lane->seen_gap && lane->range_end <= lane->seen_gap_end)
+			{
+				*reason = "gap_timeout expired";
+				return gap_end;
+			}
+			break;
+
+		case OE_GAP_FENCE:
+			if (lane->has_fence && lane->fence_seq >= lane->range_end)
+			{
+				if (no_xid_below(snapshot, lane->fence_xid))
+				{
+					*reason = "fence: every transaction that could fill it has ended";
+					return Min(gap_end, lane->fence_seq);
+				}
+			}
+			else
+			{
+				Datum		seq = ObjectIdGetDatum(lane->stream->fence_seq);
+				bool		isnull;
+				Datum		last;
+
+				/* The last allocated seq first, then the next xid: see the banner. */
+				oe_run_plan(&plans[PLAN_FENCE_SEQ], &seq, NULL, SPI_OK_SELECT);
+				last = oe_result(0, 1, &isnull);
+				lane->fence_seq = isnull ? lane->stream->initial_sequence - 1 : DatumGetInt64(last);
+				lane->fence_xid = ReadNextFullTransactionId();
+				lane->has_fence = true;
+				lane->fence_recorded = true;
+			}
+			break;
+	}
+	return PG_INT64_MIN;
+}
+
+/*
+ * Settle the stream's skipped runs that a transaction open at the skip may
+ * still have written into; see the banner.  A run gets its settle_xid from
+ * the first step of another transaction after the skip (the skip has sent
+ * its invalidations by then), and is settled as soon as no transaction
+ * older than that runs.
+ */
+void
+oe_settle_runs(const OeStream *stream)
+{
+	Datum		id = Int32GetDatum(stream->stream_id);
+	FullTransactionId next_xid;
+	Snapshot	snapshot;
+	SPITupleTable *runs;
+	uint64		nruns;
+
+	oe_run_plan(&plans[PLAN_UNSETTLED], &id, NULL, SPI_OK_SELECT);
+	runs = SPI_tuptable;
+	nruns = SPI_processed;
+	if (nruns == 0)
+		return;
+
+	/* The next xid first, then the snapshot that must not show older ones. */
+	next_xid = ReadNextFullTransactionId();
+	snapshot = RegisterSnapshot(GetLatestSnapshot());
+	for (uint64 i = 0; i < nruns; i++)
+	{
+		HeapTuple	row = runs->vals[i];
+		TupleDesc	desc = runs->tupdesc;
+		bool		isnull;
+		Datum		values[4];
+		Datum		settle;
+		FullTransactionId settle_xid;
+		bool		first_look;
+		bool		settled;
+
+		if (TransactionIdIsCurrentTransactionId(DatumGetTransactionId(SPI_getbinval(row, desc, 6,
+																					&isnull))))
+			continue;			/* skipped by this transaction: not yet */
+
+		settle = SPI_getbinval(row, desc, 5, &isnull);
+		first_look = !oe_stored_xid(settle, isnull, &settle_xid);
+		if (first_look)
+			settle_xid = next_xid;
+		settled = no_xid_below(snapshot, settle_xid);
+		if (settled)
+		{
+			values[0] = id;
+			values[1] = SPI_getbinval(row, desc, 2, &isnull);	/* lane */
+			values[2] = SPI_getbinval(row, desc, 3, &isnull);
+			values[3] = SPI_getbinval(row, desc, 4, &isnull);
+			oe_run_plan(&plans[PLAN_TAKE_LATE], values, NULL, SPI_OK_DELETE_RETURNING);
+			for (uint64 late = 0; late < SPI_processed; late++)
+				oe_dead_letter_row(stream->name, late, OE_GAP_SKIPPED, NULL);
+		}
+		if (!settled && !first_look)
+			continue;			/* nothing new to note */
+		values[0] = SPI_getbinval(row, desc, 1, &isnull);	/* ctid */
+		values[1] = CStringGetTextDatum(psprintf(UINT64_FORMAT,
+												 U64FromFullTransactionId(settle_xid)));
+		values[2] = BoolGetDatum(settled);
+		oe_run_plan(&plans[PLAN_SETTLE_MARK], values, NULL, SPI_OK_UPDATE);
+	}
+	UnregisterSnapshot(snapshot);
+	SPI_freetuptable(runs);
+}

@@ -1,0 +1,479 @@
+/*-------------------------------------------------------------------------
+ *
+ * lane.c
+ *	  The lane: one sequence of a stream, its progress, and the walk over
+ *	  its events that releasing, skip_gap() and gaps() share.
+ *
+ * A global stream has one lane, '' ; a per-key stream one per key, named
+ * by the key.  Its events are the rows of ordered_events.event with that
+ * (stream_id, lane), in the order of the primary key (stream_id, lane,
+ * seq); its progress is a row of ordered_events.progress (a lane without
+ * one starts at the stream's initial_sequence).  An event is released
+ * exactly when its seq is below the lane's range_end: releasing moves no
+ * rows, it walks the primary key from range_end, counting consecutive seqs
+ * until the first missing one or the step's limit, and stores the new
+ * range_end.  Its cost follows the events it releases, never the backlog
+ * beyond the gap.
+ *
+ * Skips: the walk passes over the runs in the skip ledger (gap_skips) and
+ * over what the gap policy skips (gap_policy.c); the new runs are recorded
+ * in the ledger by oe_add_runs().
+ *
+ * Locking and snapshots: the caller holds the stream's release lock (see
+ * release.c) and gives the walk a snapshot taken after it, so the walk sees
+ * every step before; an event whose transaction is still open is a gap
+ * until it commits.  Everything here runs inside an internal-query scope.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "ordered_events.h"
+
+#include "access/genam.h"
+#include "access/relscan.h"
+#include "access/stratnum.h"
+#include "access/table.h"
+#include "catalog/pg_collation.h"
+#include "catalog/pg_type.h"
+#include "executor/tuptable.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+#include "utils/fmgroids.h"
+#include "utils/rel.h"
+
+enum
+{
+	PLAN_LOAD,
+	PLAN_SAVE,
+	PLAN_LOG,
+	PLAN_RUNS,
+	PLAN_ADD_RUN
+};
+
+static OePlan plans[] = {
+	[PLAN_LOAD] = {
+		"SELECT p.range_end, p.max_event_ts, p.gap_start, p.gap_end, "
+		"  p.gap_first_seen + d.gap_timeout <= pg_catalog.clock_timestamp(), "
+		"  p.fence_seq, p.fence_xid::text::bigint, p.last_event_seq, p.gap_first_seen "
+		"FROM ordered_events.progress p "
+		"JOIN ordered_events.stream_def d ON d.stream_id = p.stream_id "
+		"WHERE p.stream_id = $1 AND p.lane = $2",
+		2, {INT4OID, TEXTOID}
+	},
+
+	/*
+	 * A gap keeps the time a step first saw it while the first missing seq
+	 * is one that was missing then ($3 is the new range_end, $5 the gap's
+	 * end, NULL if the lane stopped at no gap).
+	 */
+	[PLAN_SAVE] = {
+		"INSERT INTO ordered_events.progress AS p "
+		"(stream_id, lane, range_end, released_count, max_event_ts, last_event_seq, "
+		" gap_start, gap_end, gap_first_seen, fence_seq, fence_xid, updated_at) "
+		"VALUES ($1, $2, $3, $4, $6, $7, CASE WHEN $5 IS NOT NULL THEN $3 END, $5, "
+		"  CASE WHEN $5 IS NOT NULL THEN pg_catalog.clock_timestamp() END, "
+		"  $8, $9::xid8, pg_catalog.clock_timestamp()) "
+		"ON CONFLICT (stream_id, lane) DO UPDATE SET "
+		"released_count = p.released_count + $4, "
+		"updated_at = CASE WHEN $3 > p.range_end THEN pg_catalog.clock_timestamp() "
+		"  ELSE p.updated_at END, "
+		"range_end = $3, "
+		"max_event_ts = $6, "
+		"last_event_seq = coalesce($7, p.last_event_seq), "
+		"gap_first_seen = CASE WHEN $5 IS NULL THEN NULL "
+		"  WHEN $3 BETWEEN p.gap_start AND p.gap_end THEN p.gap_first_seen "
+		"  ELSE pg_catalog.clock_timestamp() END, "
+		"gap_start = CASE WHEN $5 IS NOT NULL THEN $3 END, "
+		"gap_end = $5, "
+		"fence_seq = $8, "
+		"fence_xid = $9::xid8",
+		9, {INT4OID, TEXTOID, INT8OID, INT8OID, INT8OID, TIMESTAMPTZOID, INT8OID, INT8OID, TEXTOID}
+	},
+	[PLAN_LOG] = {
+		"INSERT INTO ordered_events.lane_release_log "
+		"(stream_id, lane, seq_start, seq_end, released_at) "
+		"VALUES ($1, $2, $3, $4, pg_catalog.clock_timestamp())",
+		4, {INT4OID, TEXTOID, INT8OID, INT8OID}
+	},
+	[PLAN_RUNS] = {
+		"SELECT gap_start, gap_end FROM ordered_events.gap_skips "
+		"WHERE stream_id = $1 AND lane = $2 AND gap_end >= $3 ORDER BY gap_start",
+		3, {INT4OID, TEXTOID, INT8OID}
+	},
+	[PLAN_ADD_RUN] = {
+		"INSERT INTO ordered_events.gap_skips "
+		"(stream_id, lane, gap_start, gap_end, reason, skipped_at) "
+		"VALUES ($1, $2, $3, $4, $5, pg_catalog.clock_timestamp())",
+		5, {INT4OID, TEXTOID, INT8OID, INT8OID, TEXTOID}
+	},
+};
+
+/* Load the lane's skipped runs that end at or after its range_end. */
+static void
+load_runs(OeLane *lane)
+{
+	Datum		values[3];
+
+	lane->runs = NIL;
+	if (lane->range_end > lane->stream->skipped_through)
+		return;					/* no skip reaches this far */
+
+	values[0] = Int32GetDatum(lane->stream->stream_id);
+	values[1] = PointerGetDatum(lane->lane);
+	values[2] = Int64GetDatum(lane->range_end);
+	oe_run_plan(&plans[PLAN_RUNS], values, NULL, SPI_OK_SELECT);
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		OeSkipRun  *run = palloc0(sizeof(OeSkipRun));
+		bool		isnull;
+
+		run->start = DatumGetInt64(oe_result(i, 1, &isnull));
+		run->end = DatumGetInt64(oe_result(i, 2, &isnull));
+		lane->runs = lappend(lane->runs, run);
+	}
+}
+
+/*
+ * Load a lane's progress and skipped runs: the lane of key "lane_key" of a
+ * per-key stream, or the global lane (pass oe_lane_of()).
+ */
+void
+oe_load_lane(OeLane *lane, const OeStream *stream, text *lane_key)
+{
+	Datum		values[2];
+
+	memset(lane, 0, sizeof(*lane));
+	lane->stream = stream;
+	lane->lane = lane_key;
+	lane->range_end = lane->start = stream->initial_sequence;
+	lane->seen_gap = PG_INT64_MIN;
+
+	values[0] = Int32GetDatum(stream->stream_id);
+	values[1] = PointerGetDatum(lane_key);
+	oe_run_plan(&plans[PLAN_LOAD], values, NULL, SPI_OK_SELECT);
+	if (SPI_processed == 1)
+	{
+		bool		isnull;
+		Datum		value;
+
+		lane->range_end = lane->start = DatumGetInt64(oe_result(0, 1, &isnull));
+		value = oe_result(0, 2, &isnull);
+		lane->max_event_ts = DatumGetTimestampTz(value);
+		lane->max_event_ts_valid = !isnull;
+		value = oe_result(0, 3, &isnull);
+		lane->seen_gap = isnull ? PG_INT64_MIN : DatumGetInt64(value);
+		lane->seen_gap_end = DatumGetInt64(oe_result(0, 4, &isnull));
+		value = oe_result(0, 5, &isnull);
+		lane->seen_gap_expired = !isnull && DatumGetBool(value);
+		value = oe_result(0, 7, &isnull);
+		lane->has_fence = oe_stored_xid(value, isnull, &lane->fence_xid);
+		if (lane->has_fence)
+			lane->fence_seq = DatumGetInt64(oe_result(0, 6, &isnull));
+		(void) oe_result(0, 8, &isnull);
+		lane->completed = !isnull;
+		value = oe_result(0, 9, &isnull);
+		lane->seen_gap_at = isnull ? 0 : DatumGetTimestampTz(value);
+	}
+	load_runs(lane);
+}
+
+/* Record the runs this step adds in the ledger. */
+void
+oe_add_runs(OeLane *lane)
+{
+	ListCell   *lc;
+
+	foreach(lc, lane->new_runs)
+	{
+		OeSkipRun  *run = lfirst(lc);
+		Datum		values[5];
+
+		values[0] = Int32GetDatum(lane->stream->stream_id);
+		values[1] = PointerGetDatum(lane->lane);
+		values[2] = Int64GetDatum(run->start);
+		values[3] = Int64GetDatum(run->end);
+		values[4] = CStringGetTextDatum(run->reason);
+		oe_run_plan(&plans[PLAN_ADD_RUN], values, NULL, SPI_OK_INSERT);
+	}
+}
+
+/* True if the gap the lane stopped at is not the one stored. */
+static bool
+gap_changed(const OeLane *lane)
+{
+	if (!lane->gap)
+		return lane->seen_gap != PG_INT64_MIN;
+	return lane->seen_gap != lane->range_end || lane->seen_gap_end != lane->gap_end;
+}
+
+/*
+ * Store what a step did to the lane, and log the release step.  Writes only
+ * when something changed (a stored fence always comes with a stored gap, so
+ * a fence to forget is a gap that changed); returns whether it wrote.
+ */
+bool
+oe_save_lane(OeLane *lane)
+{
+	Datum		values[9];
+	char		nulls[9] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	bool		keep_fence = lane->gap && lane->has_fence;
+
+	if (lane->range_end == lane->start && !lane->fence_recorded && !gap_changed(lane))
+		return false;
+
+	values[0] = Int32GetDatum(lane->stream->stream_id);
+	values[1] = PointerGetDatum(lane->lane);
+	values[2] = Int64GetDatum(lane->range_end);
+	values[3] = Int64GetDatum(lane->released);
+	values[4] = Int64GetDatum(lane->gap_end);
+	nulls[4] = lane->gap ? ' ' : 'n';
+	values[5] = TimestampTzGetDatum(lane->max_event_ts);
+	nulls[5] = lane->max_event_ts_valid ? ' ' : 'n';
+	values[6] = Int64GetDatum(lane->range_end - 1);
+	nulls[6] = lane->last_event ? ' ' : 'n';
+	values[7] = Int64GetDatum(lane->fence_seq);
+	values[8] = CStringGetTextDatum(psprintf(UINT64_FORMAT,
+											 U64FromFullTransactionId(lane->fence_xid)));
+	nulls[7] = nulls[8] = keep_fence ? ' ' : 'n';
+	oe_run_plan(&plans[PLAN_SAVE], values, nulls, SPI_OK_INSERT);
+
+	if (lane->range_end != lane->start)
+	{
+		values[2] = Int64GetDatum(lane->start);
+		values[3] = Int64GetDatum(lane->range_end);
+		oe_run_plan(&plans[PLAN_LOG], values, NULL, SPI_OK_INSERT);
+	}
+	return true;
+}
+
+/* A scan of the event primary key: one lane in seq order, or a stream's lanes. */
+typedef struct LaneScan
+{
+	Relation	heap;
+	Relation	index;
+	TupleTableSlot *slot;
+	IndexScanDesc scan;
+} LaneScan;
+
+/*
+ * Scan the events of a stream with the given keys on (stream_id, lane,
+ * seq): lane_strategy 0 for none, seq_from PG_INT64_MIN for none.
+ */
+static void
+begin_scan(LaneScan *ls, const OeStream *stream, text *lane, StrategyNumber lane_strategy,
+		   int64 seq_from, Snapshot snapshot)
+{
+	const OeRelations *rels = oe_relations();
+	ScanKeyData keys[3];
+	int			nkeys = 0;
+
+	ScanKeyInit(&keys[nkeys++], 1, BTEqualStrategyNumber, F_INT4EQ,
+				Int32GetDatum(stream->stream_id));
+	if (lane_strategy != InvalidStrategy)
+	{
+		ScanKeyInit(&keys[nkeys], 2, lane_strategy,
+					lane_strategy == BTEqualStrategyNumber ? F_TEXTEQ : F_TEXT_GT,
+					PointerGetDatum(lane));
+		keys[nkeys++].sk_collation = C_COLLATION_OID;
+	}
+	if (seq_from != PG_INT64_MIN)
+		ScanKeyInit(&keys[nkeys++], 3, BTGreaterEqualStrategyNumber, F_INT8GE,
+					Int64GetDatum(seq_from));
+
+	ls->heap = table_open(rels->event, AccessShareLock);
+	ls->index = index_open(rels->event_pkey, AccessShareLock);
+	ls->slot = table_slot_create(ls->heap, NULL);
+	ls->scan = index_beginscan(ls->heap, ls->index, snapshot, nkeys, 0);
+	index_rescan(ls->scan, keys, nkeys, NULL, 0);
+}
+
+/* The next event's seq into *seq; false at the end. */
+static bool
+scan_next(LaneScan *ls, int64 *seq)
+{
+	bool		isnull;
+
+	if (!index_getnext_slot(ls->scan, ForwardScanDirection, ls->slot))
+		return false;
+	*seq = DatumGetInt64(slot_getattr(ls->slot, Anum_oe_event_seq, &isnull));
+	return true;
+}
+
+static void
+end_scan(LaneScan *ls)
+{
+	index_endscan(ls->scan);
+	ExecDropSingleTupleTableSlot(ls->slot);
+	index_close(ls->index, AccessShareLock);
+	table_close(ls->heap, AccessShareLock);
+}
+
+/* The lane's events from its range_end on, in seq order. */
+static void
+begin_lane_scan(LaneScan *ls, const OeLane *lane, Snapshot snapshot)
+{
+	begin_scan(ls, lane->stream, lane->lane, BTEqualStrategyNumber, lane->range_end, snapshot);
+}
+
+/*
+ * The first lane of the stream after "after" (NULL: the first lane) that
+ * has an event in the snapshot, as a copy; NULL if none.
+ */
+text *
+oe_next_lane(const OeStream *stream, text *after, Snapshot snapshot)
+{
+	LaneScan	ls;
+	text	   *lane = NULL;
+	int64		seq;
+
+	begin_scan(&ls, stream, after, after ? BTGreaterStrategyNumber : InvalidStrategy,
+			   PG_INT64_MIN, snapshot);
+	if (scan_next(&ls, &seq))
+	{
+		bool		isnull;
+
+		lane = DatumGetTextPCopy(slot_getattr(ls.slot, Anum_oe_event_lane, &isnull));
+	}
+	end_scan(&ls);
+	return lane;
+}
+
+/*
+ * Walk the lane's primary key from range_end in seq order with the given
+ * snapshot, releasing at most "limit" consecutive events, passing skipped
+ * runs and skipping what the gap policy allows.
+ */
+void
+oe_walk_lane(OeLane *lane, int64 limit, Snapshot snapshot)
+{
+	LaneScan	ls;
+	ListCell   *next_run = list_head(lane->runs);
+	int64		seq = 0;
+	bool		have;
+	bool		isnull;
+
+	begin_lane_scan(&ls, lane, snapshot);
+	have = scan_next(&ls, &seq);
+	while (!lane->last_event)
+	{
+		OeSkipRun  *run = NULL;
+		int64		gap_end;
+		int64		skip_end;
+		const char *reason = NULL;
+
+		CHECK_FOR_INTERRUPTS();
+		while (next_run != NULL && ((OeSkipRun *) lfirst(next_run))->end < lane->range_end)
+			next_run = lnext(lane->runs, next_run);
+		if (next_run != NULL)
+			run = lfirst(next_run);
+
+		/* A skipped run: pass it, with any event that committed into it late. */
+		if (run != NULL && run->start <= lane->range_end)
+		{
+			while (have && seq <= run->end)
+				have = scan_next(&ls, &seq);
+			lane->range_end = run->end + 1;
+			continue;
+		}
+
+		if (have && seq == lane->range_end)
+		{
+			TimestampTz ts;
+
+			if (lane->released >= limit)
+			{
+				lane->more = true;
+				break;
+			}
+			ts = DatumGetTimestampTz(slot_getattr(ls.slot, Anum_oe_event_event_ts, &isnull));
+			if (!lane->max_event_ts_valid || ts > lane->max_event_ts)
+			{
+				lane->max_event_ts = ts;
+				lane->max_event_ts_valid = true;
+			}
+			lane->last_event =
+				DatumGetBool(slot_getattr(ls.slot, Anum_oe_event_last_event, &isnull));
+			lane->range_end++;
+			lane->released++;
+			have = scan_next(&ls, &seq);
+			continue;
+		}
+
+		if (!have)
+			break;				/* nothing arrived beyond: no gap */
+
+		/* range_end..gap_end is missing */
+		gap_end = seq - 1;
+		if (run != NULL && run->start <= gap_end)
+			gap_end = run->start - 1;
+		skip_end = oe_policy_skip_end(lane, gap_end, snapshot, &reason);
+		if (skip_end == PG_INT64_MIN)
+		{
+			lane->gap = true;
+			lane->gap_end = gap_end;
+			break;
+		}
+		else
+		{
+			OeSkipRun  *skip = palloc0(sizeof(OeSkipRun));
+
+			skip->start = lane->range_end;
+			skip->end = skip_end;
+			skip->reason = reason;
+			lane->new_runs = lappend(lane->new_runs, skip);
+			lane->range_end = skip_end + 1;
+		}
+	}
+	end_scan(&ls);
+}
+
+/* Emit the parts of from..to that no skipped run of the lane covers. */
+static void
+unskipped_parts(OeLane *lane, int64 from, int64 to,
+				void (*emit) (OeLane *lane, int64 start, int64 end, void *arg), void *arg)
+{
+	ListCell   *lc;
+
+	foreach(lc, lane->runs)
+	{
+		OeSkipRun  *run = lfirst(lc);
+
+		if (from > to)
+			return;
+		if (run->end < from || run->start > to)
+			continue;
+		if (run->start > from)
+			emit(lane, from, run->start - 1, arg);
+		from = run->end + 1;
+	}
+	if (from <= to)
+		emit(lane, from, to, arg);
+}
+
+/*
+ * The holes of the lane in the snapshot: every run of missing seqs from its
+ * range_end through "through" that no skipped run covers, in seq order.  A
+ * hole ends before an arrived seq; with past_last, the seqs after the last
+ * arrived one (through "through") are a hole too.  gaps() lists them,
+ * skip_gap() declares them lost.
+ */
+void
+oe_lane_holes(OeLane *lane, Snapshot snapshot, int64 through, bool past_last,
+			  void (*emit) (OeLane *lane, int64 start, int64 end, void *arg), void *arg)
+{
+	LaneScan	ls;
+	int64		pos = lane->range_end;
+	int64		seq;
+
+	begin_lane_scan(&ls, lane, snapshot);
+	while (pos <= through && scan_next(&ls, &seq))
+	{
+		CHECK_FOR_INTERRUPTS();
+		if (seq > pos)
+			unskipped_parts(lane, pos, Min(seq - 1, through), emit, arg);
+		pos = seq + 1;
+	}
+	if (past_last && pos <= through)
+		unskipped_parts(lane, pos, through, emit, arg);
+	end_scan(&ls);
+}

@@ -1,0 +1,148 @@
+/*-------------------------------------------------------------------------
+ *
+ * skip_gap.c
+ *	  skip_gap(): the operator's override that declares missing seqs lost,
+ *	  records them in the skip ledger and releases what that unblocks.
+ *
+ * The missing seqs are the holes of the lane (lane.c), also those after
+ * the last arrived seq.  An event whose transaction is open at the skip and
+ * commits into a skipped run later is settled by a later release step
+ * (gap_policy.c).  Runs under the stream's release lock, in the caller's
+ * transaction.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "ordered_events.h"
+
+#include "catalog/pg_type.h"
+#include "common/int.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/snapmgr.h"
+
+/* append() must not hand out a seq that is now skipped. */
+static OePlan move_fence_seq = {
+	"SELECT pg_catalog.setval($1, $2) "
+	"WHERE $2 > coalesce(pg_catalog.pg_sequence_last_value($1), $2 - 1)",
+	2, {REGCLASSOID, INT8OID}
+};
+
+/* oe_lane_holes() callback: declare a hole lost, with the call's reason. */
+static void
+declare_lost(OeLane *lane, int64 start, int64 end, void *reason)
+{
+	OeSkipRun  *run = palloc0(sizeof(OeSkipRun));
+	int64		count;
+
+	/* skip_gap() returns the count: it must fit a bigint. */
+	if (pg_sub_s64_overflow(end, start, &count) || pg_add_s64_overflow(count, 1, &count) ||
+		pg_add_s64_overflow(lane->skipped, count, &lane->skipped))
+		ereport(ERROR,
+				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+				 errmsg("cannot skip more than %lld seqs in one call", (long long) PG_INT64_MAX),
+				 errhint("Skip in two calls, through a seq in between first.")));
+	run->start = start;
+	run->end = end;
+	run->reason = reason;
+	lane->new_runs = lappend(lane->new_runs, run);
+}
+
+static void
+check_null_arguments(FunctionCallInfo fcinfo)
+{
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be null", PG_ARGISNULL(0) ? "stream" : "through_seq"),
+				 errhint("skip_gap(stream, through_seq, reason) skips every missing seq up to through_seq.")));
+	if (PG_ARGISNULL(2) || VARSIZE_ANY_EXHDR(PG_GETARG_TEXT_PP(2)) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("reason must not be empty"),
+				 errhint("Say why the seqs are lost; skipped_gaps keeps the reason.")));
+}
+
+/* The lane skip_gap() names: the key's for a per-key stream, else the one. */
+static text *
+lane_argument(const OeStream *stream, text *key)
+{
+	if (key != NULL)
+		oe_check_key(stream, key, NULL);
+	if (stream->per_key && key == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("key must not be null for per-key stream \"%s\"", stream->name),
+				 errhint("Name the key whose gap to skip: skip_gap(stream, through_seq, reason, key).")));
+	if (!stream->per_key && key != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("key is only valid for per-key streams"),
+				 errdetail("Stream \"%s\" has global sequencing.", stream->name),
+				 errhint("Leave key NULL: a global stream has one sequence.")));
+	return oe_lane_of(stream, key);
+}
+
+/*
+ * skip_gap(stream, through_seq, reason, key DEFAULT NULL) returns bigint
+ *
+ * Every missing seq of the stream (or of the key of a per-key stream) up to
+ * through_seq is declared lost and recorded in the ledger; then a release
+ * step releases what that unblocks.  Returns the number of seqs skipped.
+ */
+PG_FUNCTION_INFO_V1(oe_skip_gap);
+Datum
+oe_skip_gap(PG_FUNCTION_ARGS)
+{
+	OeStream	stream;
+	text	   *lane_key;
+	int64		through;
+	OeLane		lane;
+	Snapshot	snapshot;
+	OeInternalScope scope;
+
+	check_null_arguments(fcinfo);
+	PreventCommandIfReadOnly("skip_gap()");
+	stream = oe_stream_or_error(PG_GETARG_TEXT_PP(0));
+	lane_key = lane_argument(&stream, PG_ARGISNULL(3) ? NULL : PG_GETARG_TEXT_PP(3));
+	through = PG_GETARG_INT64(1);
+	if (through == PG_INT64_MAX)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("through_seq must be below 9223372036854775807"),
+				 errhint("That seq has no successor, so no event can follow it.")));
+
+	oe_internal_begin(&scope);
+	if (!oe_lock_stream(&stream))
+		(void) oe_stream_or_error(PG_GETARG_TEXT_PP(0));	/* dropped meanwhile */
+	oe_load_lane(&lane, &stream, lane_key);
+
+	snapshot = RegisterSnapshot(GetLatestSnapshot());
+	oe_lane_holes(&lane, snapshot, through, true, declare_lost,
+				  text_to_cstring(PG_GETARG_TEXT_PP(2)));
+	UnregisterSnapshot(snapshot);
+	oe_add_runs(&lane);
+
+	if (stream.gap_policy == OE_GAP_FENCE && lane.skipped > 0)
+	{
+		Datum		values[2] = {ObjectIdGetDatum(stream.fence_seq), Int64GetDatum(through)};
+
+		oe_run_plan(&move_fence_seq, values, NULL, SPI_OK_SELECT);
+	}
+
+	/* Release what the skip unblocks: the step sees the new runs. */
+	stream.skipped_through = Max(stream.skipped_through, through);
+	if (stream.per_key)
+	{
+		bool		more;
+
+		snapshot = RegisterSnapshot(GetLatestSnapshot());
+		(void) oe_release_lane(&stream, lane_key, stream.max_release_batch, snapshot, &more);
+		UnregisterSnapshot(snapshot);
+		if (more)
+			oe_note_arrival(&stream, lane_key);
+	}
+	else
+		(void) oe_release_global(&stream);
+	oe_internal_end(&scope);
+	PG_RETURN_INT64(lane.skipped);
+}
