@@ -132,17 +132,30 @@ SELECT pg_catalog.pg_extension_config_dump('ordered_events.lane_release_log', ''
  */
 
 -- Every accepted event and whether it is released: its seq is below its
--- lane's range_end, and it did not commit late into a skipped run.
+-- lane's range_end, and it did not commit late into a skipped run.  The
+-- events are read in two shapes, so that a reader's conditions reach the
+-- primary key (stream_id, lane, seq): a global stream's lane is '' (a seq
+-- window is an index range), a per-key stream's lane is the key (a key's
+-- seq window too).
 CREATE OR REPLACE VIEW ordered_events.accepted_events AS
-SELECT d.stream, d.stream_id, e.lane,
-       e.seq < coalesce(p.range_end, d.initial_sequence) AND NOT EXISTS (
+SELECT a.stream, a.stream_id, a.lane,
+       a.seq < coalesce(p.range_end, a.initial_sequence) AND NOT EXISTS (
            SELECT FROM ordered_events.gap_skips g
-            WHERE g.stream_id = e.stream_id AND g.lane = e.lane AND NOT g.settled
-              AND e.seq BETWEEN g.gap_start AND g.gap_end) AS is_released,
-       e.seq, e.key, e.payload, e.event_ts, e.alignment_ts, e.received_at, e.last_event
-  FROM ordered_events.stream_def d
-  JOIN ordered_events.event e ON e.stream_id = d.stream_id
-  LEFT JOIN ordered_events.progress p ON p.stream_id = e.stream_id AND p.lane = e.lane;
+            WHERE g.stream_id = a.stream_id AND g.lane = a.lane AND NOT g.settled
+              AND a.seq BETWEEN g.gap_start AND g.gap_end) AS is_released,
+       a.seq, a.key, a.payload, a.event_ts, a.alignment_ts, a.received_at, a.last_event
+  FROM (SELECT d.stream, d.stream_id, d.initial_sequence, e.lane, e.seq, e.key, e.payload,
+               e.event_ts, e.alignment_ts, e.received_at, e.last_event
+          FROM ordered_events.stream_def d
+          JOIN ordered_events.event e ON e.stream_id = d.stream_id AND e.lane = ''
+         WHERE d.sequencing_enum = 'global'
+        UNION ALL
+        SELECT d.stream, d.stream_id, d.initial_sequence, e.lane, e.seq, e.lane, e.payload,
+               e.event_ts, e.alignment_ts, e.received_at, e.last_event
+          FROM ordered_events.stream_def d
+          JOIN ordered_events.event e ON e.stream_id = d.stream_id
+         WHERE d.sequencing_enum = 'per_key') a
+  LEFT JOIN ordered_events.progress p ON p.stream_id = a.stream_id AND p.lane = a.lane;
 
 CREATE OR REPLACE VIEW ordered_events.released AS
 SELECT a.stream, a.seq, a.key, a.payload, a.event_ts, a.alignment_ts, a.received_at,
@@ -416,16 +429,17 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 SELECT d.stream
   FROM ordered_events.stream_def d
+  LEFT JOIN ordered_events.progress p ON p.stream_id = d.stream_id AND p.lane = ''
  CROSS JOIN LATERAL (
+        -- a global stream: its first event from range_end on, by the primary key
         (SELECT e.seq = p.range_end
                 OR p.gap_start IS DISTINCT FROM p.range_end
                 OR d.gap_policy = 'fence'
                 OR p.gap_first_seen + d.gap_timeout <= pg_catalog.clock_timestamp() AS needed,
                 e.received_at AS since
-           FROM ordered_events.progress p
-           JOIN ordered_events.event e
-             ON e.stream_id = p.stream_id AND e.lane = p.lane AND e.seq >= p.range_end
-          WHERE d.sequencing = 'global' AND p.stream_id = d.stream_id AND p.lane = ''
+           FROM ordered_events.event e
+          WHERE d.sequencing = 'global'
+            AND e.stream_id = d.stream_id AND e.lane = '' AND e.seq >= p.range_end
           ORDER BY e.seq LIMIT 1)
         UNION ALL
         (SELECT true, a.arrived_at
@@ -433,12 +447,12 @@ SELECT d.stream
           WHERE d.sequencing = 'per_key' AND a.stream_id = d.stream_id
           ORDER BY a.arrived_at LIMIT 1)
         UNION ALL
-        (SELECT true, p.gap_first_seen
-           FROM ordered_events.progress p
+        (SELECT true, k.gap_first_seen
+           FROM ordered_events.progress k
           WHERE d.gap_policy = 'timeout' AND d.sequencing = 'per_key'
-            AND p.stream_id = d.stream_id AND p.gap_start IS NOT NULL
-            AND p.gap_first_seen <= pg_catalog.clock_timestamp() - d.gap_timeout
-          ORDER BY p.gap_first_seen LIMIT 1)
+            AND k.stream_id = d.stream_id AND k.gap_start IS NOT NULL
+            AND k.gap_first_seen <= pg_catalog.clock_timestamp() - d.gap_timeout
+          ORDER BY k.gap_first_seen LIMIT 1)
         UNION ALL
         (SELECT true, g.skipped_at
            FROM ordered_events.gap_skips g

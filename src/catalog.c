@@ -78,6 +78,7 @@ static OePlan stream_plan = {
 	1, {TEXTOID}
 };
 
+/* True if relid is one of the relations in *rels. */
 static bool
 is_our_relation(const OeRelations *rels, Oid relid)
 {
@@ -87,6 +88,10 @@ is_our_relation(const OeRelations *rels, Oid relid)
 		relid == rels->gap_skips;
 }
 
+/*
+ * Relcache callback: an invalidation of one of our relations (or of all)
+ * makes the cache stale.  Runs at any lock acquisition: only counts.
+ */
 static void
 relcache_callback(Datum arg, Oid relid)
 {
@@ -95,6 +100,7 @@ relcache_callback(Datum arg, Oid relid)
 		cache_epoch++;
 }
 
+/* Called from _PG_init. */
 void
 oe_catalog_init(void)
 {
@@ -130,6 +136,7 @@ relation_oid(Oid schema, const char *name)
 	return relid;
 }
 
+/* The owner of a relation: internal queries run as the owner of stream_def. */
 static Oid
 relation_owner(Oid relid)
 {
@@ -248,6 +255,7 @@ oe_lock_extension(void)
 	return get_extension_oid("ordered_events", true) == extension;
 }
 
+/* The OIDs of the extension's objects, up to date. */
 const OeRelations *
 oe_relations(void)
 {
@@ -255,6 +263,7 @@ oe_relations(void)
 	return &relations;
 }
 
+/* The value of ordered_events.outcome for an outcome. */
 Datum
 oe_outcome_datum(OeOutcome outcome)
 {
@@ -268,6 +277,7 @@ oe_outcome_name(OeOutcome outcome)
 	return outcome_names[outcome];
 }
 
+/* The policy of a label of ordered_events.gap_policy; a label we do not know is an error. */
 static OeGapPolicy
 gap_policy_from_name(const char *name)
 {

@@ -18,10 +18,11 @@
 #include "utils/timestamp.h"
 
 /*
- * Record one dead letter.  payload may be NULL; detail is a sentence.
+ * Record one dead letter.  payload (a jsonb datum) may be NULL; detail is a
+ * sentence.
  */
 void
-oe_dead_letter(const char *stream, int64 seq, text *key, Jsonb *payload,
+oe_dead_letter(const char *stream, int64 seq, text *key, void *payload,
 			   TimestampTz event_ts, OeOutcome reason, const char *detail,
 			   TimestampTz received_at)
 {
@@ -52,7 +53,7 @@ oe_dead_letter_row(const char *stream, uint64 row, OeOutcome reason, const char 
 	int64		seq = DatumGetInt64(oe_result(row, 1, &isnull));
 	text	   *key = DatumGetTextPP(oe_result(row, 2, &isnull));
 	Datum		payload = oe_result(row, 3, &isnull);
-	Jsonb	   *jsonb = isnull ? NULL : DatumGetJsonbP(payload);
+	void	   *jsonb = isnull ? NULL : DatumGetPointer(payload);
 	TimestampTz event_ts = DatumGetTimestampTz(oe_result(row, 4, &isnull));
 	TimestampTz received_at = DatumGetTimestampTz(oe_result(row, 5, &isnull));
 

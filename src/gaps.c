@@ -35,6 +35,7 @@ emit_gap(OeLane *lane, int64 start, int64 end, void *arg)
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 }
 
+/* The gaps of one lane, as rows of the result. */
 static void
 lane_gaps(const OeStream *stream, text *lane_key, Snapshot snapshot, ReturnSetInfo *rsinfo)
 {

@@ -16,7 +16,7 @@
  * Skips: an ingest takes its xid, then reads pending invalidations, which
  * tell it about committed skips (the stream cache holds each stream's
  * highest skipped seq), and rejects a seq that lies in a skipped run.  A
- * skip that committed too late to be seen is settled by release.c only
+ * skip that committed too late to be seen is settled (gap_policy.c) only
  * after this transaction has ended, which is why the xid comes first.
  *
  * Locking: every ingest takes RowExclusiveLock on the event table before it
@@ -172,7 +172,7 @@ skip_reason(const OeStream *stream, const OeEvent *event)
 
 /*
  * Accept one event into its stream, or record it in unprocessed.  The
- * caller has locked the events table (see the banner) and looked the stream
+ * caller has locked the event table (see the banner) and looked the stream
  * up after that.  Returns what happened to the event.
  */
 static OeOutcome
@@ -294,7 +294,7 @@ oe_ingest(PG_FUNCTION_ARGS)
 
 	event.seq = PG_GETARG_INT64(1);
 	event.key = PG_GETARG_TEXT_PP(2);
-	event.payload = PG_ARGISNULL(3) ? NULL : PG_GETARG_JSONB_P(3);
+	event.payload = PG_ARGISNULL(3) ? NULL : PG_GETARG_POINTER(3);
 	event.event_ts = PG_ARGISNULL(4) ? GetCurrentTransactionStartTimestamp()
 		: PG_GETARG_TIMESTAMPTZ(4);
 	event.alignment_ts = PG_ARGISNULL(5) ? GetCurrentTimestamp()
@@ -326,7 +326,7 @@ oe_append(PG_FUNCTION_ARGS)
 		error_null_argument("key");
 
 	event.key = PG_GETARG_TEXT_PP(1);
-	event.payload = PG_ARGISNULL(2) ? NULL : PG_GETARG_JSONB_P(2);
+	event.payload = PG_ARGISNULL(2) ? NULL : PG_GETARG_POINTER(2);
 	event.event_ts = PG_ARGISNULL(3) ? GetCurrentTransactionStartTimestamp()
 		: PG_GETARG_TIMESTAMPTZ(3);
 	event.alignment_ts = GetCurrentTimestamp();
@@ -386,9 +386,8 @@ oe_inbox_insert(PG_FUNCTION_ARGS)
 {
 	TriggerData *trigdata = (TriggerData *) fcinfo->context;
 	InboxStream *last = fcinfo->flinfo->fn_extra;
-	HeapTuple	row;
-	Datum		values[INBOX_LAST_EVENT];
-	bool		isnull[INBOX_LAST_EVENT];
+	Datum	   *values;
+	bool	   *isnull;
 	text	   *name;
 	OeStream	stream;
 	OeEvent		event;
@@ -401,8 +400,10 @@ oe_inbox_insert(PG_FUNCTION_ARGS)
 				 errmsg("function \"inbox_insert\" must be fired INSTEAD OF INSERT"),
 				 errhint("It is the trigger of the view ordered_events.inbox only.")));
 
-	row = trigdata->tg_trigtuple;
-	heap_deform_tuple(row, RelationGetDescr(trigdata->tg_relation), values, isnull);
+	/* The row's values, as the trigger manager's slot holds them. */
+	slot_getallattrs(trigdata->tg_trigslot);
+	values = trigdata->tg_trigslot->tts_values;
+	isnull = trigdata->tg_trigslot->tts_isnull;
 	if (isnull[INBOX_STREAM - 1])
 		error_null_argument("stream");
 	if (isnull[INBOX_SEQ - 1])
@@ -434,7 +435,7 @@ oe_inbox_insert(PG_FUNCTION_ARGS)
 
 	event.seq = DatumGetInt64(values[INBOX_SEQ - 1]);
 	event.key = DatumGetTextPP(values[INBOX_KEY - 1]);
-	event.payload = isnull[INBOX_PAYLOAD - 1] ? NULL : DatumGetJsonbP(values[INBOX_PAYLOAD - 1]);
+	event.payload = isnull[INBOX_PAYLOAD - 1] ? NULL : DatumGetPointer(values[INBOX_PAYLOAD - 1]);
 	event.event_ts = isnull[INBOX_EVENT_TS - 1] ? GetCurrentTransactionStartTimestamp()
 		: DatumGetTimestampTz(values[INBOX_EVENT_TS - 1]);
 	event.alignment_ts = isnull[INBOX_ALIGNMENT_TS - 1] ? GetCurrentTimestamp()
@@ -444,5 +445,5 @@ oe_inbox_insert(PG_FUNCTION_ARGS)
 
 	if (ingest_event(&stream, &event) != OE_ACCEPTED)
 		return PointerGetDatum(NULL);
-	return PointerGetDatum(row);
+	return PointerGetDatum(trigdata->tg_trigtuple);
 }

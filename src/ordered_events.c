@@ -24,6 +24,7 @@ char	   *oe_databases = NULL;
 int			oe_naptime = 1000;
 bool		oe_enabled = true;
 
+/* The GUCs, all reloadable; the prefix ordered_events. is reserved. */
 static void
 define_gucs(void)
 {

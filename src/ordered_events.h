@@ -101,7 +101,8 @@ typedef struct OeEvent
 {
 	int64		seq;
 	text	   *key;
-	Jsonb	   *payload;		/* NULL for SQL NULL */
+	void	   *payload;		/* jsonb as given, maybe packed or toasted: it
+								 * is only stored; NULL for SQL NULL */
 	TimestampTz event_ts;
 	TimestampTz alignment_ts;
 	bool		last_event;
@@ -222,7 +223,7 @@ extern bool oe_insert_unique(Oid relid, Datum *values, bool *isnull);
 extern void oe_insert_row(Oid relid, Datum *values, bool *isnull);
 
 /* dead_letter.c */
-extern void oe_dead_letter(const char *stream, int64 seq, text *key, Jsonb *payload,
+extern void oe_dead_letter(const char *stream, int64 seq, text *key, void *payload,
 						   TimestampTz event_ts, OeOutcome reason, const char *detail,
 						   TimestampTz received_at);
 extern void oe_dead_letter_row(const char *stream, uint64 row, OeOutcome reason,
@@ -256,6 +257,12 @@ extern int64 oe_release_stream(const OeStream *stream);
 extern OeShared *oe_shared;
 extern void oe_shmem_init(void);
 extern void oe_note_events_written(void);
+extern void oe_lock_slots(void);
+extern void oe_unlock_slots(void);
+extern int	oe_free_unserved_slots(const Oid *oids, int n, int *freed);
+extern int	oe_slot_of_database(Oid dboid, const char *dbname);
+extern void oe_slot_starting(int slotno);
+extern void oe_slots_database_dropping(Oid dboid);
 extern OeWorkerSlot *oe_claim_slot(int slotno);
 extern void oe_slot_set_state(const char *state);
 extern void oe_slot_set_error(const char *fmt,...) pg_attribute_printf(1, 2);

@@ -2,8 +2,9 @@
  *
  * shmem.c
  *	  Shared state of the background workers, the wake-up at commit, and the
- *	  worker_status() view over it.  Every access to a worker's slot from
- *	  the worker itself goes through the functions here.
+ *	  worker_status() view over it.  Every access to a worker slot, by the
+ *	  launcher, a database worker or the DROP DATABASE hook, goes through
+ *	  the functions here.
  *
  * One slot per served database: the launcher claims it, the database's
  * worker fills in its pid and latch and its counters.  Everything in a slot
@@ -18,6 +19,8 @@
  *-------------------------------------------------------------------------
  */
 #include "ordered_events.h"
+
+#include <signal.h>
 
 #include "access/xact.h"
 #include "commands/dbcommands.h"
@@ -85,6 +88,7 @@ wake_worker(Oid dboid)
 	LWLockRelease(oe_shared->lock);
 }
 
+/* Transaction callback: wake the worker when a transaction that wrote events commits. */
 static void
 wake_at_commit(XactEvent event, void *arg)
 {
@@ -120,6 +124,7 @@ oe_note_events_written(void)
 	events_written = true;
 }
 
+/* At the exit of a database worker: its slot shows no running worker. */
 static void
 leave_slot(int code, Datum arg)
 {
@@ -128,6 +133,109 @@ leave_slot(int code, Datum arg)
 	{
 		my_slot->pid = 0;
 		my_slot->latch = NULL;
+	}
+	LWLockRelease(oe_shared->lock);
+}
+
+/*
+ * The launcher's accessors.  It holds the slots' lock across one
+ * reconciliation (oe_lock_slots() ... oe_unlock_slots()), so that the
+ * DROP DATABASE hook sees a slot either before or after it.
+ */
+void
+oe_lock_slots(void)
+{
+	LWLockAcquire(oe_shared->lock, LW_EXCLUSIVE);
+}
+
+void
+oe_unlock_slots(void)
+{
+	LWLockRelease(oe_shared->lock);
+}
+
+/*
+ * Free the slots of databases not in oids[0..n-1]; their numbers go into
+ * freed[], the count is returned.  Call with the slots locked.
+ */
+int
+oe_free_unserved_slots(const Oid *oids, int n, int *freed)
+{
+	int			nfreed = 0;
+
+	for (int i = 0; i < OE_MAX_DATABASES; i++)
+	{
+		OeWorkerSlot *slot = &oe_shared->slots[i];
+		bool		wanted = false;
+
+		if (!slot->in_use)
+			continue;
+		for (int j = 0; j < n; j++)
+			wanted |= (oids[j] == slot->dboid);
+		if (!wanted)
+		{
+			memset(slot, 0, sizeof(*slot));
+			freed[nfreed++] = i;
+		}
+	}
+	return nfreed;
+}
+
+/*
+ * The slot of a served database, claimed for it if it has none.  The
+ * caller has freed the slots of unserved databases, so there is a free one.
+ * Call with the slots locked.
+ */
+int
+oe_slot_of_database(Oid dboid, const char *dbname)
+{
+	int			free_slot = -1;
+	OeWorkerSlot *slot;
+
+	for (int i = 0; i < OE_MAX_DATABASES; i++)
+	{
+		if (oe_shared->slots[i].in_use && oe_shared->slots[i].dboid == dboid)
+			return i;
+		if (!oe_shared->slots[i].in_use && free_slot < 0)
+			free_slot = i;
+	}
+	Assert(free_slot >= 0);
+	slot = &oe_shared->slots[free_slot];
+	memset(slot, 0, sizeof(*slot));
+	slot->in_use = true;
+	slot->dboid = dboid;
+	strlcpy(slot->dbname, dbname, NAMEDATALEN);
+	strlcpy(slot->state, "starting", sizeof(slot->state));
+	return free_slot;
+}
+
+/*
+ * A worker is about to start for the slot: forget a drop of its database
+ * that did not happen.  Call with the slots locked.
+ */
+void
+oe_slot_starting(int slotno)
+{
+	oe_shared->slots[slotno].dropping = false;
+}
+
+/*
+ * DROP DATABASE of dboid: its worker must leave now and none may start.
+ */
+void
+oe_slots_database_dropping(Oid dboid)
+{
+	LWLockAcquire(oe_shared->lock, LW_EXCLUSIVE);
+	for (int i = 0; i < OE_MAX_DATABASES; i++)
+	{
+		OeWorkerSlot *slot = &oe_shared->slots[i];
+
+		if (slot->in_use && slot->dboid == dboid)
+		{
+			slot->dropping = true;
+			if (slot->pid != 0)
+				kill(slot->pid, SIGTERM);
+		}
 	}
 	LWLockRelease(oe_shared->lock);
 }

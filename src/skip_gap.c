@@ -47,6 +47,7 @@ declare_lost(OeLane *lane, int64 start, int64 end, void *reason)
 	lane->new_runs = lappend(lane->new_runs, run);
 }
 
+/* skip_gap() needs a stream, a through_seq and a reason. */
 static void
 check_null_arguments(FunctionCallInfo fcinfo)
 {

@@ -60,6 +60,7 @@ static Inserter *inserters[MAX_INSERTERS];
 static int	ninserters = 0;
 static bool callback_registered = false;
 
+/* Close every inserter of the transaction, before it commits. */
 static void
 close_inserters(void)
 {
@@ -80,6 +81,7 @@ close_inserters(void)
 	CurrentResourceOwner = old_owner;
 }
 
+/* Transaction callback: inserters end with their transaction. */
 static void
 inserters_at_xact_end(XactEvent event, void *arg)
 {
@@ -135,6 +137,7 @@ get_inserter(Oid relid)
 	return ins;
 }
 
+/* The table's inserter, with values/isnull as the row in its slot. */
 static Inserter *
 begin_row(Oid relid, Datum *values, bool *isnull)
 {

@@ -28,8 +28,6 @@
  */
 #include "ordered_events.h"
 
-#include <signal.h>
-
 #include "access/heapam.h"
 #include "access/htup_details.h"
 #include "access/tableam.h"
@@ -75,22 +73,8 @@ drop_database_hook(ObjectAccessType access, Oid classId, Oid objectId,
 	if (prev_object_access_hook)
 		prev_object_access_hook(access, classId, objectId, subId, arg);
 
-	if (access != OAT_DROP || classId != DatabaseRelationId || oe_shared == NULL)
-		return;
-
-	LWLockAcquire(oe_shared->lock, LW_EXCLUSIVE);
-	for (int i = 0; i < OE_MAX_DATABASES; i++)
-	{
-		OeWorkerSlot *slot = &oe_shared->slots[i];
-
-		if (slot->in_use && slot->dboid == objectId)
-		{
-			slot->dropping = true;
-			if (slot->pid != 0)
-				kill(slot->pid, SIGTERM);
-		}
-	}
-	LWLockRelease(oe_shared->lock);
+	if (access == OAT_DROP && classId == DatabaseRelationId && oe_shared != NULL)
+		oe_slots_database_dropping(objectId);
 }
 
 /* Called from _PG_init when the library is preloaded. */
@@ -163,11 +147,11 @@ database_is_being_dropped(Oid dboid)
 	return false;
 }
 
+/* Launcher: register the dynamic worker of a slot, for database dbname. */
 static void
-start_worker(int slotno)
+start_worker(int slotno, const char *dbname)
 {
 	BackgroundWorker worker;
-	OeWorkerSlot *slot = &oe_shared->slots[slotno];
 
 	memset(&worker, 0, sizeof(worker));
 	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
@@ -175,7 +159,7 @@ start_worker(int slotno)
 	worker.bgw_restart_time = BGW_NEVER_RESTART;
 	strlcpy(worker.bgw_library_name, "ordered_events", BGW_MAXLEN);
 	strlcpy(worker.bgw_function_name, "oe_database_worker_main", BGW_MAXLEN);
-	snprintf(worker.bgw_name, BGW_MAXLEN, "ordered_events worker for %s", slot->dbname);
+	snprintf(worker.bgw_name, BGW_MAXLEN, "ordered_events worker for %s", dbname);
 	strlcpy(worker.bgw_type, "ordered_events worker", BGW_MAXLEN);
 	worker.bgw_main_arg = Int32GetDatum(slotno);
 	worker.bgw_notify_pid = MyProcPid;
@@ -187,11 +171,12 @@ start_worker(int slotno)
 		ereport(WARNING,
 				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
 				 errmsg("could not start the ordered_events worker for database \"%s\"",
-						slot->dbname),
+						dbname),
 				 errhint("Raise max_worker_processes: the launcher and every served database need one each.")));
 	}
 }
 
+/* Launcher: terminate the worker of a slot, if it runs. */
 static void
 stop_worker(int slotno)
 {
@@ -203,6 +188,7 @@ stop_worker(int slotno)
 	}
 }
 
+/* Launcher: true if the worker of a slot runs (or is starting). */
 static bool
 worker_running(int slotno)
 {
@@ -220,6 +206,8 @@ reconcile_workers(void)
 	List	   *names = NIL;
 	Oid			oids[OE_MAX_DATABASES];
 	bool		dropping[OE_MAX_DATABASES];
+	int			freed[OE_MAX_DATABASES];
+	int			nfreed;
 	int			nnames = 0;
 	ListCell   *lc;
 
@@ -250,49 +238,21 @@ reconcile_workers(void)
 	}
 	CommitTransactionCommand();
 
-	LWLockAcquire(oe_shared->lock, LW_EXCLUSIVE);
+	oe_lock_slots();
 
 	/* Stop the workers of databases no longer served. */
-	for (int i = 0; i < OE_MAX_DATABASES; i++)
-	{
-		OeWorkerSlot *slot = &oe_shared->slots[i];
-		bool		wanted = false;
-
-		if (!slot->in_use)
-			continue;
-		for (int j = 0; j < nnames; j++)
-			wanted |= (oids[j] == slot->dboid);
-		if (!wanted)
-		{
-			stop_worker(i);
-			memset(slot, 0, sizeof(*slot));
-		}
-	}
+	nfreed = oe_free_unserved_slots(oids, nnames, freed);
+	for (int i = 0; i < nfreed; i++)
+		stop_worker(freed[i]);
 
 	/* Start a worker for every served database that has none. */
 	for (int j = 0; j < nnames; j++)
 	{
-		int			slotno = -1;
-		int			free_slot = -1;
+		int			slotno;
 
 		if (!OidIsValid(oids[j]))
 			continue;			/* not created yet: checked again next time */
-		for (int i = 0; i < OE_MAX_DATABASES; i++)
-		{
-			if (oe_shared->slots[i].in_use && oe_shared->slots[i].dboid == oids[j])
-				slotno = i;
-			else if (!oe_shared->slots[i].in_use && free_slot < 0)
-				free_slot = i;
-		}
-		if (slotno < 0)
-		{
-			slotno = free_slot;
-			memset(&oe_shared->slots[slotno], 0, sizeof(OeWorkerSlot));
-			oe_shared->slots[slotno].in_use = true;
-			oe_shared->slots[slotno].dboid = oids[j];
-			strlcpy(oe_shared->slots[slotno].dbname, list_nth(names, j), NAMEDATALEN);
-			strlcpy(oe_shared->slots[slotno].state, "starting", 32);
-		}
+		slotno = oe_slot_of_database(oids[j], list_nth(names, j));
 		if (worker_running(slotno))
 			continue;
 		/* Restart a failing worker at most once a second. */
@@ -300,20 +260,21 @@ reconcile_workers(void)
 			continue;
 		if (dropping[j])
 			continue;
-		oe_shared->slots[slotno].dropping = false;
+		oe_slot_starting(slotno);
 		if (handles[slotno] != NULL)
 		{
 			pfree(handles[slotno]);
 			handles[slotno] = NULL;
 		}
-		start_worker(slotno);
+		start_worker(slotno, list_nth(names, j));
 	}
-	LWLockRelease(oe_shared->lock);
+	oe_unlock_slots();
 
 	list_free(names);
 	pfree(raw);
 }
 
+/* Entry point of the launcher: reconcile the workers every naptime. */
 void
 oe_launcher_main(Datum arg)
 {
@@ -447,6 +408,7 @@ begin_work(void)
 	return oe_lock_extension();
 }
 
+/* Commit a unit of work begun by begin_work(). */
 static void
 end_work(void)
 {
@@ -569,6 +531,10 @@ run_cycle(MemoryContext cycle_context)
 	return more;
 }
 
+/*
+ * Entry point of a database worker (slot number in arg): release cycles
+ * until terminated, sleeping on its latch between them.
+ */
 void
 oe_database_worker_main(Datum arg)
 {
