@@ -296,7 +296,7 @@ read_stream(const char *name, OeStream *stream)
 	OeInternalScope scope;
 	bool		found;
 
-	oe_internal_begin(&scope);
+	oe_internal_begin(&scope, oe_relations()->owner);
 	oe_run_plan_latest(&stream_plan, &arg, NULL);
 	found = (SPI_processed == 1);
 	if (found)
@@ -412,8 +412,10 @@ oe_lane_of(const OeStream *stream, text *key)
 	if (stream->per_key)
 		return key;
 	if (global_lane == NULL)
-		global_lane = (text *) MemoryContextAllocZero(TopMemoryContext, VARHDRSZ);
-	SET_VARSIZE(global_lane, VARHDRSZ);
+	{
+		global_lane = (text *) MemoryContextAlloc(TopMemoryContext, VARHDRSZ);
+		SET_VARSIZE(global_lane, VARHDRSZ);
+	}
 	return global_lane;
 }
 
@@ -427,7 +429,7 @@ oe_stream_names(const char *query, MemoryContext result_context)
 	List	   *names = NIL;
 	OeInternalScope scope;
 
-	oe_internal_begin(&scope);
+	oe_internal_begin(&scope, oe_relations()->owner);
 	if (SPI_execute(query, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "listing streams failed: %s", query);
 	for (uint64 i = 0; i < SPI_processed; i++)

@@ -68,7 +68,7 @@ oe_gaps(PG_FUNCTION_ARGS)
 	InitMaterializedSRF(fcinfo, 0);
 	rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 
-	oe_internal_begin(&scope);
+	oe_internal_begin(&scope, oe_relations()->owner);
 	if (!stream.per_key)
 		lane_gaps(&stream, oe_lane_of(&stream, NULL), snapshot, rsinfo);
 	else

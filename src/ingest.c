@@ -160,7 +160,7 @@ skip_reason(const OeStream *stream, const OeEvent *event)
 	values[0] = Int32GetDatum(stream->stream_id);
 	values[1] = PointerGetDatum(oe_lane_of(stream, event->key));
 	values[2] = Int64GetDatum(event->seq);
-	oe_internal_begin(&scope);
+	oe_internal_begin(&scope, oe_relations()->owner);
 	/* A skip committed after a REPEATABLE READ snapshot counts. */
 	oe_run_plan_latest(&skipped_plan, values, NULL);
 	if (SPI_processed == 1)

@@ -32,12 +32,13 @@
 /* The search_path of every internal query and of the worker. */
 const char *const oe_safe_search_path = "pg_catalog, pg_temp";
 
-/* Connect to SPI as the owner of the extension, with the safe search_path. */
+/*
+ * Connect to SPI as "owner", the owner of the extension's tables
+ * (oe_relations()->owner), with the safe search_path.
+ */
 void
-oe_internal_begin(OeInternalScope *scope)
+oe_internal_begin(OeInternalScope *scope, Oid owner)
 {
-	Oid			owner = oe_relations()->owner;
-
 	GetUserIdAndSecContext(&scope->save_userid, &scope->save_sec_context);
 	SetUserIdAndSecContext(owner, scope->save_sec_context |
 						   SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);

@@ -212,7 +212,7 @@ extern const char *oe_outcome_name(OeOutcome outcome);
 
 /* internal_query.c */
 extern const char *const oe_safe_search_path;
-extern void oe_internal_begin(OeInternalScope *scope);
+extern void oe_internal_begin(OeInternalScope *scope, Oid owner);
 extern void oe_internal_end(OeInternalScope *scope);
 extern void oe_run_plan(OePlan *plan, Datum *values, const char *nulls, int expected);
 extern void oe_run_plan_latest(OePlan *plan, Datum *values, const char *nulls);

@@ -274,7 +274,7 @@ oe_release_stream(const OeStream *stream)
 	OeInternalScope scope;
 	int64		released;
 
-	oe_internal_begin(&scope);
+	oe_internal_begin(&scope, oe_relations()->owner);
 	released = current.per_key ? release_per_key(&current) : oe_release_global(&current);
 	oe_internal_end(&scope);
 	return released;

@@ -112,7 +112,7 @@ oe_skip_gap(PG_FUNCTION_ARGS)
 				 errmsg("through_seq must be below 9223372036854775807"),
 				 errhint("That seq has no successor, so no event can follow it.")));
 
-	oe_internal_begin(&scope);
+	oe_internal_begin(&scope, oe_relations()->owner);
 	if (!oe_lock_stream(&stream))
 		(void) oe_stream_or_error(PG_GETARG_TEXT_PP(0));	/* dropped meanwhile */
 	oe_load_lane(&lane, &stream, lane_key);

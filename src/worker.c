@@ -324,7 +324,7 @@ check_extension_version(void)
 		return;
 	version_checked_for = oe_relations()->extension;
 
-	oe_internal_begin(&scope);
+	oe_internal_begin(&scope, oe_relations()->owner);
 	if (SPI_execute("SELECT extversion FROM pg_catalog.pg_extension "
 					"WHERE extname OPERATOR(pg_catalog.=) 'ordered_events'",
 					true, 1) != SPI_OK_SELECT ||
