@@ -496,7 +496,8 @@ $$;
 REVOKE EXECUTE ON FUNCTION
     ordered_events.stream_def_changed(),
     ordered_events.inbox_insert(),
-    ordered_events.worker_status_internal()
+    ordered_events.worker_status_internal(),
+    ordered_events.stream_id(text)
 FROM PUBLIC;
 
 /*

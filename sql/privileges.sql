@@ -94,7 +94,8 @@ SELECT p.proname, has_function_privilege('public', p.oid, 'EXECUTE') AS public_m
  WHERE p.pronamespace = 'ordered_events'::regnamespace
    AND p.proname IN ('create_stream', 'alter_stream', 'drop_stream', 'ingest', 'append',
                      'release', 'skip_gap', 'gaps', 'blockers', 'blocking_transactions',
-                     'inbox_insert', 'stream_def_changed', 'worker_status_internal')
+                     'inbox_insert', 'stream_def_changed', 'worker_status_internal',
+                     'stream_id')
  ORDER BY p.proname;
 
 SELECT ordered_events.drop_stream('priv_o'), ordered_events.drop_stream('priv_f');
