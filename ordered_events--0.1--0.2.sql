@@ -274,12 +274,7 @@ DECLARE
     d ordered_events.stream_def;
     id integer;
 BEGIN
-    IF stream IS NULL THEN
-        RAISE EXCEPTION 'stream must not be null'
-            USING ERRCODE = 'null_value_not_allowed',
-                  HINT = 'Name a stream; see ordered_events.streams for the existing ones.';
-    END IF;
-    id := ordered_events.stream_id(stream);
+    id := ordered_events.stream_id(stream);     -- or its error, NULL included
     IF for_update THEN
         SELECT * INTO d FROM ordered_events.stream_def s WHERE s.stream_id = id FOR UPDATE;
     ELSE

@@ -373,6 +373,22 @@ oe_stream_or_error(text *name)
 }
 
 /*
+ * The stream named by argument "argno" of a SQL function, or the error for
+ * a NULL or unknown stream: the one place of these messages for the
+ * functions whose only key is the stream.
+ */
+OeStream
+oe_stream_arg(FunctionCallInfo fcinfo, int argno)
+{
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("stream must not be null"),
+				 errhint("Name a stream; see ordered_events.streams for the existing ones.")));
+	return oe_stream_or_error(PG_GETARG_TEXT_PP(argno));
+}
+
+/*
  * stream_id(stream text) returns integer
  *
  * For the SQL functions: the stream's id, or the same errors as the C ones.
@@ -381,12 +397,7 @@ PG_FUNCTION_INFO_V1(oe_stream_id);
 Datum
 oe_stream_id(PG_FUNCTION_ARGS)
 {
-	if (PG_ARGISNULL(0))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("stream must not be null"),
-				 errhint("Name a stream; see ordered_events.streams for the existing ones.")));
-	PG_RETURN_INT32(oe_stream_or_error(PG_GETARG_TEXT_PP(0)).stream_id);
+	PG_RETURN_INT32(oe_stream_arg(fcinfo, 0).stream_id);
 }
 
 /* Fail unless the key fits; seq, if known, goes into the detail. */

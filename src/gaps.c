@@ -58,12 +58,7 @@ oe_gaps(PG_FUNCTION_ARGS)
 	Snapshot	snapshot = GetActiveSnapshot();
 	OeInternalScope scope;
 
-	if (PG_ARGISNULL(0))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("stream must not be null"),
-				 errhint("Name a stream; see ordered_events.streams for the existing ones.")));
-	stream = oe_stream_or_error(PG_GETARG_TEXT_PP(0));
+	stream = oe_stream_arg(fcinfo, 0);
 
 	InitMaterializedSRF(fcinfo, 0);
 	rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;

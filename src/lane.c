@@ -231,10 +231,14 @@ oe_save_lane(OeLane *lane)
 	nulls[5] = lane->max_event_ts_valid ? ' ' : 'n';
 	values[6] = Int64GetDatum(lane->range_end - 1);
 	nulls[6] = lane->last_event ? ' ' : 'n';
-	values[7] = Int64GetDatum(lane->fence_seq);
-	values[8] = CStringGetTextDatum(psprintf(UINT64_FORMAT,
-											 U64FromFullTransactionId(lane->fence_xid)));
-	nulls[7] = nulls[8] = keep_fence ? ' ' : 'n';
+	nulls[7] = nulls[8] = 'n';
+	if (keep_fence)
+	{
+		values[7] = Int64GetDatum(lane->fence_seq);
+		values[8] = CStringGetTextDatum(psprintf(UINT64_FORMAT,
+												 U64FromFullTransactionId(lane->fence_xid)));
+		nulls[7] = nulls[8] = ' ';
+	}
 	oe_run_plan(&plans[PLAN_SAVE], values, nulls, SPI_OK_INSERT);
 
 	if (lane->range_end != lane->start)

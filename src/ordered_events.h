@@ -15,6 +15,7 @@
 
 #include "access/transam.h"
 #include "datatype/timestamp.h"
+#include "fmgr.h"
 #include "executor/spi.h"
 #include "nodes/pg_list.h"
 #include "storage/latch.h"
@@ -203,6 +204,7 @@ extern bool oe_lock_extension(void);
 extern const OeRelations *oe_relations(void);
 extern bool oe_lookup_stream(const char *name, OeStream *stream);
 extern OeStream oe_stream_or_error(text *name);
+extern OeStream oe_stream_arg(FunctionCallInfo fcinfo, int argno);
 extern void oe_check_key(const OeStream *stream, text *key, const int64 *seq);
 extern text *oe_lane_of(const OeStream *stream, text *key);
 extern List *oe_all_streams(void);
