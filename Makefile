@@ -8,7 +8,9 @@ EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" $(EXTENSION).co
 MODULE_big = ordered_events
 OBJS = \
 	src/catalog.o \
+	src/consumer_read.o \
 	src/dead_letter.o \
+	src/delivery.o \
 	src/gap_policy.o \
 	src/gaps.o \
 	src/ingest.o \

@@ -31,6 +31,7 @@ CREATE TABLE ordered_events.event (
     event_ts timestamptz NOT NULL,
     alignment_ts timestamptz NOT NULL,
     received_at timestamptz NOT NULL,
+    arrival bigint NOT NULL,        -- arrival order: see arrival_seq
     key text COLLATE "C" NOT NULL,
     payload jsonb,
     CONSTRAINT event_pkey PRIMARY KEY (stream_id, lane, seq)
@@ -39,14 +40,31 @@ CREATE INDEX event_last_event_idx ON ordered_events.event (stream_id, lane) WHER
 COMMENT ON TABLE ordered_events.event IS
     'Internal: every accepted event, pending or released, by stream, lane and seq';
 
+/*
+ * The order in which the extension accepted events, across the streams of
+ * the database: consumers break ties between streams by it.  CACHE 1, so
+ * that it follows the order of acceptance across sessions too.
+ */
+CREATE SEQUENCE ordered_events.arrival_seq AS bigint CACHE 1;
+COMMENT ON SEQUENCE ordered_events.arrival_seq IS
+    'Internal: the arrival order of accepted events';
+
+-- 0.1 kept no arrival order: its events arrived in received_at order.
 INSERT INTO ordered_events.event
-    (stream_id, lane, last_event, seq, event_ts, alignment_ts, received_at, key, payload)
-SELECT e.stream_id, '', false, e.seq, e.event_ts, e.alignment_ts, e.received_at, e.key, e.payload
-  FROM ordered_events.events e
-UNION ALL
-SELECT e.stream_id, e.key, e.last_event, e.seq, e.event_ts, e.alignment_ts, e.received_at,
-       e.key, e.payload
-  FROM ordered_events.key_events e;
+    (stream_id, lane, last_event, seq, event_ts, alignment_ts, received_at, arrival, key, payload)
+SELECT a.stream_id, a.lane, a.last_event, a.seq, a.event_ts, a.alignment_ts, a.received_at,
+       pg_catalog.row_number() OVER (ORDER BY a.received_at, a.stream_id, a.lane, a.seq),
+       a.key, a.payload
+  FROM (SELECT e.stream_id, ''::text AS lane, false AS last_event, e.seq, e.event_ts,
+               e.alignment_ts, e.received_at, e.key, e.payload
+          FROM ordered_events.events e
+        UNION ALL
+        SELECT e.stream_id, e.key, e.last_event, e.seq, e.event_ts, e.alignment_ts,
+               e.received_at, e.key, e.payload
+          FROM ordered_events.key_events e) a;
+SELECT pg_catalog.setval('ordered_events.arrival_seq',
+                         coalesce((SELECT pg_catalog.max(e.arrival) FROM ordered_events.event e), 0) + 1,
+                         false);
 
 /*
  * Progress: one row per lane that a release step has looked at (a global
@@ -92,21 +110,38 @@ UPDATE ordered_events.progress p SET last_event_seq = k.last_event_seq
   FROM ordered_events.key_progress k
  WHERE k.stream_id = p.stream_id AND k.key = p.lane;
 
--- The release log: one row per release step of a lane.
+/*
+ * The release log: one row per release step of a lane, numbered in the
+ * stream's delivery order (the order consumers read, see src/delivery.c):
+ * a global stream's steps in seq order; a per-key stream's steps in turn,
+ * and inside a step its lanes by the alignment_ts of their first event
+ * released in it, then by lane.
+ */
 CREATE TABLE ordered_events.lane_release_log (
     stream_id integer NOT NULL,
     lane text COLLATE "C" NOT NULL,
     seq_start bigint NOT NULL,
     seq_end bigint NOT NULL,
     released_at timestamptz NOT NULL,
+    delivery bigint NOT NULL,
     PRIMARY KEY (stream_id, lane, seq_end)
 );
+CREATE UNIQUE INDEX lane_release_log_delivery_key
+    ON ordered_events.lane_release_log (stream_id, delivery);
 COMMENT ON TABLE ordered_events.lane_release_log IS
-    'Internal: the release steps of each lane, when [seq_start, seq_end) was released';
-INSERT INTO ordered_events.lane_release_log (stream_id, lane, seq_start, seq_end, released_at)
-SELECT l.stream_id, '', l.seq_start, l.seq_end, l.released_at FROM ordered_events.release_log l
-UNION ALL
-SELECT l.stream_id, l.key, l.seq_start, l.seq_end, l.released_at FROM ordered_events.key_release_log l;
+    'Internal: the release steps of each lane, when [seq_start, seq_end) was released, in delivery order';
+
+-- 0.1 logged no steps: its log rows are delivered in the order of their time.
+INSERT INTO ordered_events.lane_release_log
+    (stream_id, lane, seq_start, seq_end, released_at, delivery)
+SELECT l.stream_id, l.lane, l.seq_start, l.seq_end, l.released_at,
+       pg_catalog.row_number() OVER (PARTITION BY l.stream_id
+                                     ORDER BY l.released_at, l.lane, l.seq_start)
+  FROM (SELECT r.stream_id, ''::text AS lane, r.seq_start, r.seq_end, r.released_at
+          FROM ordered_events.release_log r
+        UNION ALL
+        SELECT r.stream_id, r.key, r.seq_start, r.seq_end, r.released_at
+          FROM ordered_events.key_release_log r) l;
 
 -- The skip ledger by lane ('' for a global stream) instead of a nullable key.
 ALTER TABLE ordered_events.gap_skips ADD COLUMN lane text COLLATE "C" NOT NULL DEFAULT '';
@@ -330,6 +365,10 @@ BEGIN
             USING ERRCODE = 'duplicate_object',
                   HINT = 'Change it with ordered_events.alter_stream(), or drop it first with ordered_events.drop_stream().';
     END;
+
+    -- What consumers' pools are measured against (src/delivery.c).
+    INSERT INTO ordered_events.release_totals (stream_id, partitions, partition)
+    VALUES (new_id, 1, 0);
 
     -- A global stream's one lane exists from the start (ranges shows it).
     IF create_stream.sequencing = 'global' THEN
@@ -558,3 +597,393 @@ SELECT b.pid, b.xid, a.state, a.xact_start, a.query
 $$;
 COMMENT ON FUNCTION ordered_events.blockers(text) IS
     'The open transactions of this database a blocked stream is waiting for; state and query as pg_stat_activity shows them to the caller';
+
+/*
+ * Consumers: named readers of the released events of their streams, in one
+ * merged sequence (README.md, "Consuming"; the read is src/consumer_read.c,
+ * what release steps record for it src/delivery.c).
+ */
+
+-- An event's lag, event_ts - alignment_ts, in microseconds, exact; an
+-- event with an infinite time has none.  src/delivery.c computes the same.
+CREATE FUNCTION ordered_events.lag_us(event_ts timestamptz, alignment_ts timestamptz)
+RETURNS numeric
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT CASE WHEN isfinite(event_ts) AND isfinite(alignment_ts)
+            THEN (extract(epoch FROM event_ts) - extract(epoch FROM alignment_ts)) * 1000000
+            ELSE 0 END
+$$;
+COMMENT ON FUNCTION ordered_events.lag_us(timestamptz, timestamptz) IS
+    'Internal: event_ts - alignment_ts in microseconds (0 if either is infinite)';
+
+CREATE FUNCTION ordered_events.key_partition(key text, partitions integer)
+RETURNS integer
+LANGUAGE c IMMUTABLE PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'oe_key_partition';
+COMMENT ON FUNCTION ordered_events.key_partition(text, integer) IS
+    'The partition, 0 .. partitions - 1, of a key: (hashtextextended(key, 0) & 9223372036854775807) % partitions';
+
+/*
+ * What each stream has released, per partition of the partition counts its
+ * consumers use (partitions 1 always): a consumer's pool is what is here
+ * minus what it took out, so neither a read nor the consumers view counts
+ * the pool.  Release steps add to it (src/delivery.c).
+ */
+CREATE TABLE ordered_events.release_totals (
+    stream_id integer NOT NULL
+        REFERENCES ordered_events.stream_def ON DELETE CASCADE,
+    partitions integer NOT NULL,
+    partition integer NOT NULL,
+    released_count bigint NOT NULL DEFAULT 0,
+    lag_sum numeric NOT NULL DEFAULT 0,     -- of lag_us()
+    PRIMARY KEY (stream_id, partitions, partition)
+);
+COMMENT ON TABLE ordered_events.release_totals IS
+    'Internal: count and summed lag of the released events of each stream, by partition';
+
+-- Fill release_totals for a stream and a partition count, from its released events.
+CREATE FUNCTION ordered_events.count_released(stream_id integer, partitions integer)
+RETURNS void
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+INSERT INTO ordered_events.release_totals (stream_id, partitions, partition, released_count, lag_sum)
+SELECT count_released.stream_id, count_released.partitions, p.p,
+       coalesce(r.released_count, 0), coalesce(r.lag_sum, 0)
+  FROM generate_series(0, count_released.partitions - 1) p(p)
+  LEFT JOIN (SELECT ordered_events.key_partition(a.key, count_released.partitions) AS p,
+                    count(*) AS released_count,
+                    sum(ordered_events.lag_us(a.event_ts, a.alignment_ts)) AS lag_sum
+               FROM ordered_events.accepted_events a
+              WHERE a.stream_id = count_released.stream_id AND a.is_released
+              GROUP BY 1) r ON r.p = p.p
+$$;
+COMMENT ON FUNCTION ordered_events.count_released(integer, integer) IS
+    'Internal: fill release_totals for a stream and a partition count';
+
+SELECT ordered_events.count_released(d.stream_id, 1) FROM ordered_events.stream_def d;
+
+CREATE SEQUENCE ordered_events.consumer_id_seq AS integer;
+CREATE TABLE ordered_events.consumer_def (
+    consumer_id integer PRIMARY KEY
+        DEFAULT pg_catalog.nextval('ordered_events.consumer_id_seq'),
+    consumer text NOT NULL UNIQUE,
+    partitions integer NOT NULL CHECK (partitions BETWEEN 1 AND 1024),
+    created_at timestamptz NOT NULL DEFAULT pg_catalog.now()
+);
+ALTER SEQUENCE ordered_events.consumer_id_seq OWNED BY ordered_events.consumer_def.consumer_id;
+COMMENT ON TABLE ordered_events.consumer_def IS
+    'Internal: one row per consumer';
+
+/*
+ * A consumer's position in a stream, per partition.  The position is the
+ * last event taken: (read_delivery, read_seq), its release log row and
+ * seq; what follows in delivery order is unread.  taken_* is what left
+ * the pool (events taken, and for start 'now' those released before);
+ * a read keeps in base_* what taken_* was when its transaction (read_xid)
+ * first read, because its uncommitted reads stay in the pool.  Reading
+ * locks the rows of its (consumer, partition).
+ */
+CREATE TABLE ordered_events.subscription (
+    consumer_id integer NOT NULL
+        REFERENCES ordered_events.consumer_def ON DELETE CASCADE,
+    partition integer NOT NULL,
+    stream_id integer NOT NULL
+        REFERENCES ordered_events.stream_def ON DELETE CASCADE,
+    delay interval NOT NULL,
+    read_delivery bigint NOT NULL,
+    read_seq bigint NOT NULL,
+    taken_count bigint NOT NULL,
+    taken_lag numeric NOT NULL,
+    consumed_count bigint NOT NULL DEFAULT 0,
+    read_xid xid8,
+    base_count bigint,
+    base_lag numeric,
+    last_read_at timestamptz,
+    subscribed_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    PRIMARY KEY (consumer_id, partition, stream_id)
+);
+CREATE INDEX subscription_stream_idx ON ordered_events.subscription (stream_id);
+COMMENT ON TABLE ordered_events.subscription IS
+    'Internal: the delay and position of a consumer in a stream, per partition';
+
+SELECT pg_catalog.pg_extension_config_dump('ordered_events.arrival_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('ordered_events.release_totals', '');
+SELECT pg_catalog.pg_extension_config_dump('ordered_events.consumer_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('ordered_events.consumer_def', '');
+SELECT pg_catalog.pg_extension_config_dump('ordered_events.subscription', '');
+
+-- The consumer's row, or the one error for an unknown consumer.
+CREATE FUNCTION ordered_events.consumer_or_error(consumer text)
+RETURNS ordered_events.consumer_def
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    c ordered_events.consumer_def;
+BEGIN
+    SELECT * INTO c FROM ordered_events.consumer_def d WHERE d.consumer = consumer_or_error.consumer;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'consumer "%" does not exist', consumer
+            USING ERRCODE = 'undefined_object',
+                  HINT = 'Create it with ordered_events.create_consumer(); the view ordered_events.consumers lists the consumers.';
+    END IF;
+    RETURN c;
+END;
+$$;
+COMMENT ON FUNCTION ordered_events.consumer_or_error(text) IS
+    'Internal: a consumer''s row, or the error for an unknown consumer';
+
+-- The error for a NULL argument of a consumer function.
+CREATE FUNCTION ordered_events.check_not_null(argument text, is_null boolean)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF is_null THEN
+        RAISE EXCEPTION '% must not be null', argument
+            USING ERRCODE = 'null_value_not_allowed',
+                  HINT = 'Pass a value, or leave out an argument that has a default.';
+    END IF;
+END;
+$$;
+COMMENT ON FUNCTION ordered_events.check_not_null(text, boolean) IS
+    'Internal: the error for a NULL argument';
+
+/*
+ * Drop release_totals of partition counts no consumer of the stream uses
+ * any more.  The caller holds the stream's release lock, so that no
+ * subscribe() counts them meanwhile.
+ */
+CREATE FUNCTION ordered_events.forget_unused_totals(stream_id integer)
+RETURNS void
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DELETE FROM ordered_events.release_totals t
+ WHERE t.stream_id = forget_unused_totals.stream_id AND t.partitions > 1
+   AND NOT EXISTS (SELECT FROM ordered_events.subscription s
+                     JOIN ordered_events.consumer_def c ON c.consumer_id = s.consumer_id
+                    WHERE s.stream_id = t.stream_id AND c.partitions = t.partitions)
+$$;
+COMMENT ON FUNCTION ordered_events.forget_unused_totals(integer) IS
+    'Internal: drop the release totals of partition counts no consumer of the stream uses';
+
+CREATE FUNCTION ordered_events.create_consumer(consumer text, partitions integer DEFAULT 1)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM ordered_events.check_not_null('consumer', consumer IS NULL);
+    PERFORM ordered_events.check_not_null('partitions', partitions IS NULL);
+    IF consumer !~ '^[a-z_][a-z0-9_]{0,62}$' THEN
+        RAISE EXCEPTION 'invalid consumer name: %', quote_literal(consumer)
+            USING ERRCODE = 'invalid_name',
+                  HINT = 'A consumer name has 1 to 63 characters: lower-case letters, digits and underscores, not starting with a digit.';
+    END IF;
+    IF partitions NOT BETWEEN 1 AND 1024 THEN
+        PERFORM ordered_events.invalid_option('partitions', partitions::text,
+            'Use 1 to 1024: the number of sessions that may read the consumer in parallel.');
+    END IF;
+    INSERT INTO ordered_events.consumer_def (consumer, partitions)
+    VALUES (create_consumer.consumer, create_consumer.partitions);
+EXCEPTION WHEN unique_violation THEN
+    RAISE EXCEPTION 'consumer "%" already exists', consumer
+        USING ERRCODE = 'duplicate_object',
+              HINT = 'Drop it first with ordered_events.drop_consumer(), or choose another name.';
+END;
+$$;
+COMMENT ON FUNCTION ordered_events.create_consumer(text, integer) IS
+    'Create a consumer: a named reader of the released events of the streams it subscribes to';
+
+-- Lock the streams' release steps, in stream_id order.
+CREATE FUNCTION ordered_events.lock_streams(stream_ids integer[])
+RETURNS void
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT FROM ordered_events.stream_def d
+ WHERE d.stream_id = ANY (stream_ids)
+ ORDER BY d.stream_id
+   FOR NO KEY UPDATE
+$$;
+COMMENT ON FUNCTION ordered_events.lock_streams(integer[]) IS
+    'Internal: take the release locks of streams, in stream_id order';
+
+CREATE FUNCTION ordered_events.drop_consumer(consumer text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    c ordered_events.consumer_def;
+    streams integer[];
+BEGIN
+    PERFORM ordered_events.check_not_null('consumer', consumer IS NULL);
+    c := ordered_events.consumer_or_error(consumer);
+    SELECT array_agg(DISTINCT s.stream_id) INTO streams
+      FROM ordered_events.subscription s WHERE s.consumer_id = c.consumer_id;
+    PERFORM ordered_events.lock_streams(streams);
+    -- Waits for a read of the consumer in progress (it locks these rows).
+    DELETE FROM ordered_events.consumer_def d WHERE d.consumer_id = c.consumer_id;
+    PERFORM ordered_events.forget_unused_totals(id) FROM unnest(streams) id;
+END;
+$$;
+COMMENT ON FUNCTION ordered_events.drop_consumer(text) IS
+    'Drop a consumer and its positions';
+
+CREATE FUNCTION ordered_events.subscribe(
+    consumer text,
+    stream text,
+    delay interval DEFAULT '0 s',
+    start text DEFAULT 'beginning')
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    c ordered_events.consumer_def;
+    d ordered_events.stream_def;
+BEGIN
+    PERFORM ordered_events.check_not_null('consumer', consumer IS NULL);
+    PERFORM ordered_events.check_not_null('stream', stream IS NULL);
+    PERFORM ordered_events.check_not_null('delay', delay IS NULL);
+    PERFORM ordered_events.check_not_null('start', start IS NULL);
+    c := ordered_events.consumer_or_error(consumer);
+    d := ordered_events.stream_or_error(stream);
+    IF delay < '0 s' OR extract(year FROM delay) <> 0 OR extract(month FROM delay) <> 0
+       OR extract(day FROM delay) <> 0 THEN
+        PERFORM ordered_events.invalid_option('delay', delay::text,
+            'Use an interval of hours, minutes and seconds, at least 0: days and months have no fixed length.');
+    END IF;
+    IF start NOT IN ('beginning', 'now') THEN
+        PERFORM ordered_events.invalid_option('start', start,
+            'Use ''beginning'' (every event the stream released or will release) or ''now'' (only events released from now on).');
+    END IF;
+
+    -- No release step of the stream runs while its position is set.
+    PERFORM ordered_events.lock_streams(ARRAY[d.stream_id]);
+    UPDATE ordered_events.subscription s SET delay = subscribe.delay
+     WHERE s.consumer_id = c.consumer_id AND s.stream_id = d.stream_id;
+    IF FOUND THEN
+        RETURN;                 -- subscribed already: a new delay, the same position
+    END IF;
+
+    IF NOT EXISTS (SELECT FROM ordered_events.release_totals t
+                    WHERE t.stream_id = d.stream_id AND t.partitions = c.partitions) THEN
+        PERFORM ordered_events.count_released(d.stream_id, c.partitions);
+    END IF;
+    INSERT INTO ordered_events.subscription
+        (consumer_id, partition, stream_id, delay, read_delivery, read_seq, taken_count, taken_lag)
+    SELECT c.consumer_id, t.partition, d.stream_id, subscribe.delay,
+           CASE WHEN start = 'now'
+                THEN coalesce((SELECT max(l.delivery) FROM ordered_events.lane_release_log l
+                                WHERE l.stream_id = d.stream_id), 0)
+                ELSE 0 END,
+           9223372036854775807,
+           CASE WHEN start = 'now' THEN t.released_count ELSE 0 END,
+           CASE WHEN start = 'now' THEN t.lag_sum ELSE 0 END
+      FROM ordered_events.release_totals t
+     WHERE t.stream_id = d.stream_id AND t.partitions = c.partitions;
+END;
+$$;
+COMMENT ON FUNCTION ordered_events.subscribe(text, text, interval, text) IS
+    'Subscribe a consumer to a stream (again: change its delay, keep its position)';
+
+CREATE FUNCTION ordered_events.unsubscribe(consumer text, stream text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    c ordered_events.consumer_def;
+    d ordered_events.stream_def;
+BEGIN
+    PERFORM ordered_events.check_not_null('consumer', consumer IS NULL);
+    PERFORM ordered_events.check_not_null('stream', stream IS NULL);
+    c := ordered_events.consumer_or_error(consumer);
+    d := ordered_events.stream_or_error(stream);
+    PERFORM ordered_events.lock_streams(ARRAY[d.stream_id]);
+    DELETE FROM ordered_events.subscription s
+     WHERE s.consumer_id = c.consumer_id AND s.stream_id = d.stream_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'consumer "%" is not subscribed to stream "%"', consumer, stream
+            USING ERRCODE = 'undefined_object',
+                  HINT = 'The view ordered_events.consumers lists the subscriptions.';
+    END IF;
+    PERFORM ordered_events.forget_unused_totals(d.stream_id);
+END;
+$$;
+COMMENT ON FUNCTION ordered_events.unsubscribe(text, text) IS
+    'Unsubscribe a consumer from a stream: its position there is forgotten';
+
+CREATE FUNCTION ordered_events.read(consumer text, max_events integer DEFAULT 1000,
+                                    partition integer DEFAULT 0)
+RETURNS TABLE (stream text, seq bigint, key text, payload jsonb, event_ts timestamptz,
+               alignment_ts timestamptz, stabilized_ts timestamptz)
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'oe_read';
+COMMENT ON FUNCTION ordered_events.read(text, integer, integer) IS
+    'The next events of a consumer (partition) in merged order; consumed when the transaction commits';
+
+CREATE FUNCTION ordered_events.peek(consumer text, max_events integer DEFAULT 1000,
+                                    partition integer DEFAULT 0)
+RETURNS TABLE (stream text, seq bigint, key text, payload jsonb, event_ts timestamptz,
+               alignment_ts timestamptz, stabilized_ts timestamptz)
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'oe_peek';
+COMMENT ON FUNCTION ordered_events.peek(text, integer, integer) IS
+    'What read() would return now, consuming nothing';
+
+/*
+ * One row per subscription and partition.  The pool is what release_totals
+ * counts beyond what the position took out; its first unread event is the
+ * first event after the position in delivery order.
+ */
+CREATE VIEW ordered_events.consumers AS
+SELECT c.consumer, s.partition, d.stream, s.delay, s.consumed_count,
+       t.released_count - s.taken_count AS unread_count,
+       CASE WHEN t.released_count > s.taken_count
+            THEN round((t.lag_sum - s.taken_lag) / (t.released_count - s.taken_count))::bigint
+                 * interval '1 microsecond'
+       END AS bias,
+       CASE WHEN t.released_count > s.taken_count THEN (
+            SELECT l.released_at
+              FROM ordered_events.lane_release_log l
+             WHERE l.stream_id = s.stream_id AND l.delivery >= s.read_delivery
+               AND EXISTS (
+                   SELECT FROM ordered_events.event e
+                    WHERE e.stream_id = l.stream_id AND e.lane = l.lane
+                      AND e.seq >= l.seq_start AND e.seq < l.seq_end
+                      AND (l.delivery > s.read_delivery OR e.seq > s.read_seq)
+                      AND (c.partitions = 1
+                           OR ordered_events.key_partition(e.key, c.partitions) = s.partition))
+             ORDER BY l.delivery
+             LIMIT 1)
+       END AS oldest_unread_at,
+       s.last_read_at
+  FROM ordered_events.subscription s
+  JOIN ordered_events.consumer_def c ON c.consumer_id = s.consumer_id
+  JOIN ordered_events.stream_def d ON d.stream_id = s.stream_id
+  JOIN ordered_events.release_totals t
+    ON t.stream_id = s.stream_id AND t.partitions = c.partitions AND t.partition = s.partition
+ ORDER BY c.consumer, s.partition, d.stream;
+COMMENT ON VIEW ordered_events.consumers IS
+    'Each consumer''s subscriptions, per partition: delay, consumed and unread events, bias';
+
+-- Reading consumes, the rest writes: none of it is for PUBLIC (README.md, "Security").
+REVOKE EXECUTE ON FUNCTION
+    ordered_events.create_consumer(text, integer),
+    ordered_events.drop_consumer(text),
+    ordered_events.subscribe(text, text, interval, text),
+    ordered_events.unsubscribe(text, text),
+    ordered_events.read(text, integer, integer),
+    ordered_events.peek(text, integer, integer),
+    ordered_events.count_released(integer, integer),
+    ordered_events.forget_unused_totals(integer),
+    ordered_events.lock_streams(integer[])
+FROM PUBLIC;

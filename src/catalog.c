@@ -85,7 +85,8 @@ is_our_relation(const OeRelations *rels, Oid relid)
 	return relid == rels->event || relid == rels->event_pkey ||
 		relid == rels->event_last_event_idx || relid == rels->key_arrivals ||
 		relid == rels->unprocessed || relid == rels->stream_def ||
-		relid == rels->gap_skips;
+		relid == rels->gap_skips || relid == rels->lane_release_log ||
+		relid == rels->lane_release_log_delivery_key || relid == rels->arrival_seq;
 }
 
 /*
@@ -166,7 +167,10 @@ read_relations(OeRelations *rels, Oid *outcomes)
 {
 	static const char *const event_columns[Natts_oe_event] = {
 		"stream_id", "lane", "last_event", "seq", "event_ts", "alignment_ts",
-		"received_at", "key", "payload"
+		"received_at", "arrival", "key", "payload"
+	};
+	static const char *const log_columns[Natts_oe_log] = {
+		"stream_id", "lane", "seq_start", "seq_end", "released_at", "delivery"
 	};
 	static const char *const unprocessed_columns[Natts_oe_unprocessed] = {
 		"stream", "seq", "key", "payload", "event_ts", "reason", "detail", "received_at"
@@ -186,12 +190,16 @@ read_relations(OeRelations *rels, Oid *outcomes)
 	rels->unprocessed = relation_oid(schema, "unprocessed");
 	rels->stream_def = relation_oid(schema, "stream_def");
 	rels->gap_skips = relation_oid(schema, "gap_skips");
+	rels->lane_release_log = relation_oid(schema, "lane_release_log");
+	rels->lane_release_log_delivery_key = relation_oid(schema, "lane_release_log_delivery_key");
+	rels->arrival_seq = relation_oid(schema, "arrival_seq");
 	rels->owner = relation_owner(rels->stream_def);
 	rels->outcome_type = GetSysCacheOid2(TYPENAMENSP, Anum_pg_type_oid,
 										 CStringGetDatum("outcome"),
 										 ObjectIdGetDatum(schema));
 	check_columns(rels->event, event_columns, Natts_oe_event);
 	check_columns(rels->unprocessed, unprocessed_columns, Natts_oe_unprocessed);
+	check_columns(rels->lane_release_log, log_columns, Natts_oe_log);
 
 	for (int i = 0; i < OE_NUM_OUTCOMES; i++)
 	{

@@ -41,7 +41,7 @@ lane_gaps(const OeStream *stream, text *lane_key, Snapshot snapshot, ReturnSetIn
 {
 	OeLane		lane;
 
-	oe_load_lane(&lane, stream, lane_key);
+	oe_load_lane(&lane, stream, lane_key, NULL);
 	oe_lane_holes(&lane, snapshot, PG_INT64_MAX, false, emit_gap, rsinfo);
 }
 

@@ -88,6 +88,15 @@ oe_run_plan(OePlan *plan, Datum *values, const char *nulls, int expected)
 		elog(ERROR, "internal query failed: %s", SPI_result_code_string(rc));
 }
 
+/* Run a read-only plan with the given snapshot. */
+void
+oe_run_plan_snapshot(OePlan *plan, Datum *values, const char *nulls, Snapshot snapshot)
+{
+	if (SPI_execute_snapshot(prepared(plan), values, nulls, snapshot,
+							 InvalidSnapshot, true, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "internal query failed: %s", plan->sql);
+}
+
 /*
  * Run a read-only plan with the latest snapshot, so that it sees what
  * committed since the transaction's snapshot (a REPEATABLE READ caller's
@@ -96,9 +105,7 @@ oe_run_plan(OePlan *plan, Datum *values, const char *nulls, int expected)
 void
 oe_run_plan_latest(OePlan *plan, Datum *values, const char *nulls)
 {
-	if (SPI_execute_snapshot(prepared(plan), values, nulls, GetLatestSnapshot(),
-							 InvalidSnapshot, true, false, 0) != SPI_OK_SELECT)
-		elog(ERROR, "internal query failed: %s", plan->sql);
+	oe_run_plan_snapshot(plan, values, nulls, GetLatestSnapshot());
 }
 
 /* Column "col" of row "row" of the last result; sets *isnull. */

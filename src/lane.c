@@ -45,7 +45,6 @@ enum
 {
 	PLAN_LOAD,
 	PLAN_SAVE,
-	PLAN_LOG,
 	PLAN_RUNS,
 	PLAN_ADD_RUN
 };
@@ -89,12 +88,6 @@ static OePlan plans[] = {
 		"fence_xid = $9::xid8",
 		9, {INT4OID, TEXTOID, INT8OID, INT8OID, INT8OID, TIMESTAMPTZOID, INT8OID, INT8OID, TEXTOID}
 	},
-	[PLAN_LOG] = {
-		"INSERT INTO ordered_events.lane_release_log "
-		"(stream_id, lane, seq_start, seq_end, released_at) "
-		"VALUES ($1, $2, $3, $4, pg_catalog.clock_timestamp())",
-		4, {INT4OID, TEXTOID, INT8OID, INT8OID}
-	},
 	[PLAN_RUNS] = {
 		"SELECT gap_start, gap_end FROM ordered_events.gap_skips "
 		"WHERE stream_id = $1 AND lane = $2 AND gap_end >= $3 ORDER BY gap_start",
@@ -135,15 +128,17 @@ load_runs(OeLane *lane)
 
 /*
  * Load a lane's progress and skipped runs: the lane of key "lane_key" of a
- * per-key stream, or the global lane (pass oe_lane_of()).
+ * per-key stream, or the global lane (pass oe_lane_of()).  "step" is the
+ * release step that will walk it, NULL if none will.
  */
 void
-oe_load_lane(OeLane *lane, const OeStream *stream, text *lane_key)
+oe_load_lane(OeLane *lane, const OeStream *stream, text *lane_key, OeStep *step)
 {
 	Datum		values[2];
 
 	memset(lane, 0, sizeof(*lane));
 	lane->stream = stream;
+	lane->step = step;
 	lane->lane = lane_key;
 	lane->range_end = lane->start = stream->initial_sequence;
 	lane->seen_gap = PG_INT64_MIN;
@@ -207,8 +202,8 @@ gap_changed(const OeLane *lane)
 }
 
 /*
- * Store what a step did to the lane, and log the release step.  Writes only
- * when something changed (a stored fence always comes with a stored gap, so
+ * Store what a step did to the lane, and give the step the run it released
+ * (delivery.c logs it).  Writes only when something changed (a stored fence always comes with a stored gap, so
  * a fence to forget is a gap that changed); returns whether it wrote.
  */
 bool
@@ -240,13 +235,7 @@ oe_save_lane(OeLane *lane)
 		nulls[7] = nulls[8] = ' ';
 	}
 	oe_run_plan(&plans[PLAN_SAVE], values, nulls, SPI_OK_INSERT);
-
-	if (lane->range_end != lane->start)
-	{
-		values[2] = Int64GetDatum(lane->start);
-		values[3] = Int64GetDatum(lane->range_end);
-		oe_run_plan(&plans[PLAN_LOG], values, NULL, SPI_OK_INSERT);
-	}
+	oe_step_add_run(lane);
 	return true;
 }
 
@@ -397,6 +386,7 @@ oe_walk_lane(OeLane *lane, int64 limit, Snapshot snapshot)
 			}
 			lane->last_event =
 				DatumGetBool(slot_getattr(ls.slot, Anum_oe_event_last_event, &isnull));
+			oe_step_count_event(lane, ls.slot);
 			lane->range_end++;
 			lane->released++;
 			have = scan_next(&ls, &seq);

@@ -17,6 +17,7 @@
 #include "datatype/timestamp.h"
 #include "fmgr.h"
 #include "executor/spi.h"
+#include "executor/tuptable.h"
 #include "nodes/pg_list.h"
 #include "storage/latch.h"
 #include "storage/lwlock.h"
@@ -34,9 +35,19 @@
 #define Anum_oe_event_event_ts		5
 #define Anum_oe_event_alignment_ts	6
 #define Anum_oe_event_received_at	7
-#define Anum_oe_event_key			8
-#define Anum_oe_event_payload		9
-#define Natts_oe_event				9
+#define Anum_oe_event_arrival		8
+#define Anum_oe_event_key			9
+#define Anum_oe_event_payload		10
+#define Natts_oe_event				10
+
+/* Column numbers of ordered_events.lane_release_log. */
+#define Anum_oe_log_stream_id		1
+#define Anum_oe_log_lane			2
+#define Anum_oe_log_seq_start		3
+#define Anum_oe_log_seq_end			4
+#define Anum_oe_log_released_at		5
+#define Anum_oe_log_delivery		6
+#define Natts_oe_log				6
 
 /* Column numbers of ordered_events.unprocessed. */
 #define Anum_oe_unprocessed_stream		1
@@ -94,6 +105,9 @@ typedef struct OeRelations
 	Oid			unprocessed;
 	Oid			stream_def;
 	Oid			gap_skips;
+	Oid			lane_release_log;
+	Oid			lane_release_log_delivery_key;
+	Oid			arrival_seq;
 	Oid			outcome_type;
 } OeRelations;
 
@@ -117,6 +131,24 @@ typedef struct OeSkipRun
 	const char *reason;			/* set for runs this step adds */
 } OeSkipRun;
 
+/* The released events of a stream for one partition count (delivery.c). */
+typedef struct OeTotals
+{
+	int32		partitions;
+	int64	   *count;			/* per partition */
+	int128	   *lag;			/* per partition: summed lags, microseconds */
+} OeTotals;
+
+/* One release step of a stream, as delivery.c records it. */
+typedef struct OeStep
+{
+	const OeStream *stream;
+	int			ntotals;
+	OeTotals   *totals;			/* one per partition count in release_totals */
+	bool		partitioned;	/* a count above 1: events need their partition */
+	List	   *runs;			/* OeRelease of each lane the step moved */
+} OeStep;
+
 /*
  * One lane being released: the one sequence of a global stream (lane ''),
  * or one key of a per-key stream (lane = the key).  See lane.c.
@@ -124,6 +156,7 @@ typedef struct OeSkipRun
 typedef struct OeLane
 {
 	const OeStream *stream;
+	OeStep	   *step;			/* the release step, NULL when only looking */
 	text	   *lane;
 	int64		start;			/* range_end when loaded */
 	int64		range_end;		/* first seq not released */
@@ -148,6 +181,9 @@ typedef struct OeLane
 	bool		fence_recorded; /* read a new fence */
 	bool		last_event;		/* passed the lane's last event */
 	bool		more;			/* stopped by the limit at a releasable event */
+	TimestampTz first_alignment;	/* alignment_ts of the first event released */
+	bool		hash_valid;		/* lane_hash is set */
+	uint64		lane_hash;		/* a per-key lane: its key's partition hash */
 } OeLane;
 
 /* A prepared statement of the extension's own, kept for the backend. */
@@ -218,6 +254,8 @@ extern void oe_internal_begin(OeInternalScope *scope, Oid owner);
 extern void oe_internal_end(OeInternalScope *scope);
 extern void oe_run_plan(OePlan *plan, Datum *values, const char *nulls, int expected);
 extern void oe_run_plan_latest(OePlan *plan, Datum *values, const char *nulls);
+extern void oe_run_plan_snapshot(OePlan *plan, Datum *values, const char *nulls,
+								 Snapshot snapshot);
 extern Datum oe_result(uint64 row, int col, bool *isnull);
 
 /* table_insert.c */
@@ -231,8 +269,17 @@ extern void oe_dead_letter(const char *stream, int64 seq, text *key, void *paylo
 extern void oe_dead_letter_row(const char *stream, uint64 row, OeOutcome reason,
 							   const char *detail);
 
+/* delivery.c */
+extern void oe_step_begin(OeStep *step, const OeStream *stream);
+extern void oe_step_count_event(OeLane *lane, TupleTableSlot *slot);
+extern void oe_step_add_run(const OeLane *lane);
+extern void oe_step_finish(OeStep *step);
+extern int128 oe_lag(TimestampTz event_ts, TimestampTz alignment_ts);
+extern uint64 oe_key_hash(text *key);
+extern char *oe_int128_out(int128 value);
+
 /* lane.c */
-extern void oe_load_lane(OeLane *lane, const OeStream *stream, text *lane_key);
+extern void oe_load_lane(OeLane *lane, const OeStream *stream, text *lane_key, OeStep *step);
 extern void oe_walk_lane(OeLane *lane, int64 limit, Snapshot snapshot);
 extern void oe_add_runs(OeLane *lane);
 extern bool oe_save_lane(OeLane *lane);
@@ -250,7 +297,7 @@ extern void oe_settle_runs(const OeStream *stream);
 /* release.c */
 extern bool oe_lock_stream(OeStream *stream);
 extern int64 oe_release_global(OeStream *stream);
-extern int64 oe_release_lane(OeStream *stream, text *key, int64 limit, Snapshot snapshot,
+extern int64 oe_release_lane(OeStep *step, text *key, int64 limit, Snapshot snapshot,
 							 bool *more);
 extern void oe_note_arrival(const OeStream *stream, text *key);
 extern int64 oe_release_stream(const OeStream *stream);

@@ -100,12 +100,14 @@ oe_lock_stream(OeStream *stream)
 int64
 oe_release_global(OeStream *stream)
 {
+	OeStep		step;
 	OeLane		lane;
 
 	if (!oe_lock_stream(stream))
 		return 0;
 	oe_settle_runs(stream);
-	oe_load_lane(&lane, stream, oe_lane_of(stream, NULL));
+	oe_step_begin(&step, stream);
+	oe_load_lane(&lane, stream, oe_lane_of(stream, NULL), &step);
 
 	/*
 	 * Walk with a snapshot taken after the lock, so that it sees the
@@ -124,7 +126,9 @@ oe_release_global(OeStream *stream)
 	}
 
 	oe_add_runs(&lane);
-	if (oe_save_lane(&lane) && lane.range_end != lane.start)
+	oe_save_lane(&lane);
+	oe_step_finish(&step);
+	if (lane.range_end != lane.start)
 	{
 		char		payload[NAMEDATALEN + 24];
 
@@ -151,16 +155,17 @@ reject_after_last(const OeStream *stream, text *key, int64 from)
 }
 
 /*
- * Release the lane of one key of a per-key stream, at most "limit" events,
- * walking with "snapshot"; *more is set if it stopped at the limit.
- * Returns the number released.
+ * Release the lane of one key of a per-key stream in the step, at most
+ * "limit" events, walking with "snapshot"; *more is set if it stopped at
+ * the limit.  Returns the number released.
  */
 int64
-oe_release_lane(OeStream *stream, text *key, int64 limit, Snapshot snapshot, bool *more)
+oe_release_lane(OeStep *step, text *key, int64 limit, Snapshot snapshot, bool *more)
 {
+	const OeStream *stream = step->stream;
 	OeLane		lane;
 
-	oe_load_lane(&lane, stream, key);
+	oe_load_lane(&lane, stream, key, step);
 	*more = false;
 	if (lane.completed)
 	{
@@ -211,8 +216,9 @@ lanes_from(int plan, const OeStream *stream, int64 limit)
  * number released so far.
  */
 static int64
-release_lanes(OeStream *stream, List *keys, int64 released)
+release_lanes(OeStep *step, List *keys, int64 released)
 {
+	const OeStream *stream = step->stream;
 	Snapshot	snapshot = RegisterSnapshot(GetLatestSnapshot());
 	ListCell   *lc;
 
@@ -222,7 +228,7 @@ release_lanes(OeStream *stream, List *keys, int64 released)
 		bool		more = false;
 
 		if (released < stream->max_release_batch)
-			released += oe_release_lane(stream, key, stream->max_release_batch - released,
+			released += oe_release_lane(step, key, stream->max_release_batch - released,
 										snapshot, &more);
 		else
 			more = true;		/* out of budget: look at it next step */
@@ -242,19 +248,22 @@ release_lanes(OeStream *stream, List *keys, int64 released)
 static int64
 release_per_key(OeStream *stream)
 {
+	OeStep		step;
 	List	   *keys;
 	int64		released;
 
 	if (!oe_lock_stream(stream))
 		return 0;
 	oe_settle_runs(stream);
+	oe_step_begin(&step, stream);
 
-	released = release_lanes(stream, lanes_from(PLAN_EXPIRED_LANES, stream,
-												stream->max_release_batch), 0);
+	released = release_lanes(&step, lanes_from(PLAN_EXPIRED_LANES, stream,
+											   stream->max_release_batch), 0);
 	/* Each snapshot is taken after its arrivals: it sees their events. */
 	while (released < stream->max_release_batch &&
 		   (keys = lanes_from(PLAN_TAKE_ARRIVALS, stream, stream->max_release_batch)) != NIL)
-		released = release_lanes(stream, keys, released);
+		released = release_lanes(&step, keys, released);
+	oe_step_finish(&step);
 
 	if (released > 0)
 		Async_Notify("ordered_events", stream->name);

@@ -115,7 +115,7 @@ oe_skip_gap(PG_FUNCTION_ARGS)
 	oe_internal_begin(&scope, oe_relations()->owner);
 	if (!oe_lock_stream(&stream))
 		(void) oe_stream_or_error(PG_GETARG_TEXT_PP(0));	/* dropped meanwhile */
-	oe_load_lane(&lane, &stream, lane_key);
+	oe_load_lane(&lane, &stream, lane_key, NULL);
 
 	snapshot = RegisterSnapshot(GetLatestSnapshot());
 	oe_lane_holes(&lane, snapshot, through, true, declare_lost,
@@ -134,11 +134,14 @@ oe_skip_gap(PG_FUNCTION_ARGS)
 	stream.skipped_through = Max(stream.skipped_through, through);
 	if (stream.per_key)
 	{
+		OeStep		step;
 		bool		more;
 
+		oe_step_begin(&step, &stream);
 		snapshot = RegisterSnapshot(GetLatestSnapshot());
-		(void) oe_release_lane(&stream, lane_key, stream.max_release_batch, snapshot, &more);
+		(void) oe_release_lane(&step, lane_key, stream.max_release_batch, snapshot, &more);
 		UnregisterSnapshot(snapshot);
+		oe_step_finish(&step);
 		if (more)
 			oe_note_arrival(&stream, lane_key);
 	}

@@ -1,0 +1,645 @@
+/*-------------------------------------------------------------------------
+ *
+ * consumer_read.c
+ *	  read() and peek(): a consumer's next events in merged order, and
+ *	  key_partition().
+ *
+ * A consumer partition has a position in each stream it subscribes to:
+ * (read_delivery, read_seq), the release log row and seq of the last event
+ * it took.  Each stream's unread events follow in delivery order: the log
+ * rows after the position by delivery number (delivery.c), and in each the
+ * lane's events in seq order, those of other partitions left out.
+ *
+ * The merge takes, again and again, the next event of the stream whose next
+ * event has the smallest (stabilized_ts, arrival), where stabilized_ts =
+ * alignment_ts + bias + delay.  bias is the average lag of the stream's
+ * pool (its released events the consumer has not consumed, by committed
+ * reads), computed once per read from release_totals minus what the
+ * position took out: no pool is counted row by row.  Each stream is read
+ * lazily, one event ahead, so a read costs what it returns, whatever waits
+ * behind.  The scans are direct index scans of the log and of the event
+ * primary key, in the order of their keys: the read is the consumers' hot
+ * path (bench/consume.sh).
+ *
+ * Concurrency: read() locks its subscription rows (FOR UPDATE) before it
+ * takes its snapshot, so a second session reading the same consumer
+ * partition waits for the first to end and then continues after it; other
+ * partitions have other rows.  The new position is written in the caller's
+ * transaction: a rollback consumes nothing.  Released events never change,
+ * so one snapshot, taken after the lock, gives a consistent pool and scan.
+ * peek() takes no lock and writes nothing.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "ordered_events.h"
+
+#include "access/genam.h"
+#include "access/stratnum.h"
+#include "access/table.h"
+#include "catalog/pg_collation.h"
+#include "catalog/pg_type.h"
+#include "funcapi.h"
+#include "lib/binaryheap.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+enum
+{
+	PLAN_CONSUMER,
+	PLAN_LOCK,
+	PLAN_SUBSCRIPTIONS,
+	PLAN_UNSETTLED,
+	PLAN_ADVANCE
+};
+
+static OePlan plans[] = {
+	[PLAN_CONSUMER] = {
+		"SELECT c.consumer_id, c.partitions FROM ordered_events.consumer_or_error($1) c",
+		1, {TEXTOID}
+	},
+	[PLAN_LOCK] = {
+		"SELECT FROM ordered_events.subscription "
+		"WHERE consumer_id = $1 AND partition = $2 ORDER BY stream_id FOR UPDATE",
+		2, {INT4OID, INT4OID}
+	},
+
+	/*
+	 * Each subscription of the partition, with the bias of its pool: the
+	 * pool as committed reads left it (base_* if this transaction read
+	 * before), NULL if it is empty.
+	 */
+	[PLAN_SUBSCRIPTIONS] = {
+		"SELECT s.stream_id, d.stream, d.sequencing = 'per_key', "
+		"  (extract(epoch FROM s.delay) * 1000000)::bigint, s.read_delivery, s.read_seq, "
+		"  CASE WHEN t.released_count > b.taken_count "
+		"    THEN round((t.lag_sum - b.taken_lag) / (t.released_count - b.taken_count))::bigint "
+		"  END, "
+		"  t.stream_id IS NOT NULL, "
+		"  EXISTS (SELECT FROM ordered_events.gap_skips g "
+		"          WHERE g.stream_id = s.stream_id AND NOT g.settled) "
+		"FROM ordered_events.subscription s "
+		"JOIN ordered_events.stream_def d ON d.stream_id = s.stream_id "
+		"LEFT JOIN ordered_events.release_totals t ON t.stream_id = s.stream_id "
+		"  AND t.partitions = $3 AND t.partition = s.partition "
+		"CROSS JOIN LATERAL (SELECT "
+		"    CASE WHEN s.read_xid = pg_catalog.pg_current_xact_id_if_assigned() "
+		"      THEN s.base_count ELSE s.taken_count END AS taken_count, "
+		"    CASE WHEN s.read_xid = pg_catalog.pg_current_xact_id_if_assigned() "
+		"      THEN s.base_lag ELSE s.taken_lag END AS taken_lag) b "
+		"WHERE s.consumer_id = $1 AND s.partition = $2 "
+		"ORDER BY s.stream_id",
+		3, {INT4OID, INT4OID, INT4OID}
+	},
+
+	/* Late events may sit in these runs until a release step settles them. */
+	[PLAN_UNSETTLED] = {
+		"SELECT lane, gap_start, gap_end FROM ordered_events.gap_skips "
+		"WHERE stream_id = $1 AND NOT settled",
+		1, {INT4OID}
+	},
+
+	/* The pool as committed reads left it stays in base_* for this transaction. */
+	[PLAN_ADVANCE] = {
+		"UPDATE ordered_events.subscription s SET "
+		"  base_count = CASE WHEN s.read_xid = pg_catalog.pg_current_xact_id() "
+		"    THEN s.base_count ELSE s.taken_count END, "
+		"  base_lag = CASE WHEN s.read_xid = pg_catalog.pg_current_xact_id() "
+		"    THEN s.base_lag ELSE s.taken_lag END, "
+		"  read_xid = pg_catalog.pg_current_xact_id(), "
+		"  read_delivery = $4, read_seq = $5, "
+		"  taken_count = s.taken_count + $6, taken_lag = s.taken_lag + $7::numeric, "
+		"  consumed_count = s.consumed_count + $6, "
+		"  last_read_at = pg_catalog.clock_timestamp() "
+		"WHERE s.consumer_id = $1 AND s.partition = $2 AND s.stream_id = $3",
+		7, {INT4OID, INT4OID, INT4OID, INT8OID, INT8OID, INT8OID, TEXTOID}
+	},
+};
+
+/* A late event's skipped run: the lane and seqs it may not be read in. */
+typedef struct UnsettledRun
+{
+	text	   *lane;
+	int64		start;
+	int64		end;
+} UnsettledRun;
+
+/* One subscribed stream being read: its position, scans and next event. */
+typedef struct Reader
+{
+	int32		stream_id;
+	text	   *stream;			/* name, for the rows */
+	bool		per_key;
+	int64		delay;			/* microseconds */
+	int64		bias;			/* microseconds */
+	List	   *unsettled;		/* UnsettledRuns */
+
+	/* position: the last event taken, and what this read took */
+	int64		read_delivery;
+	int64		read_seq;
+	int64		taken;
+	int128		taken_lag;
+
+	/* scans */
+	IndexScanDesc log_scan;
+	TupleTableSlot *log_slot;
+	IndexScanDesc event_scan;
+	TupleTableSlot *event_slot;
+	bool		in_run;			/* a log row's events are being scanned */
+	int64		run_delivery;
+	int64		run_end;
+	text	   *run_lane;
+	MemoryContext run_cxt;		/* holds run_lane */
+	ScanKeyData event_keys[3];
+
+	/* the next event in delivery order */
+	int64		seq;
+	text	   *key;
+	Datum		payload;
+	bool		payload_null;
+	TimestampTz event_ts;
+	TimestampTz alignment_ts;
+	TimestampTz stabilized_ts;
+	int64		arrival;
+	MemoryContext head_cxt;
+} Reader;
+
+/* What one read() or peek() reads with. */
+typedef struct ReadContext
+{
+	int32		consumer_id;
+	int32		partitions;
+	int32		partition;
+	Snapshot	snapshot;
+	Relation	event_heap;
+	Relation	event_index;
+	Relation	log_heap;
+	Relation	log_index;
+} ReadContext;
+
+/* The argument's error for a NULL. */
+static void
+check_not_null(FunctionCallInfo fcinfo, int argno, const char *name)
+{
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be null", name),
+				 errhint("Pass a value, or leave out an argument that has a default.")));
+}
+
+/* A copy of a text datum, in "cxt". */
+static text *
+copy_text(MemoryContext cxt, text *value)
+{
+	text	   *copy = MemoryContextAlloc(cxt, VARSIZE_ANY(value));
+
+	memcpy(copy, value, VARSIZE_ANY(value));
+	return copy;
+}
+
+/* The partition of a key hash among "partitions". */
+static inline int32
+partition_of(uint64 hash, int32 partitions)
+{
+	return (int32) (hash % (uint64) partitions);
+}
+
+/*
+ * key_partition(key text, partitions integer) returns integer
+ */
+PG_FUNCTION_INFO_V1(oe_key_partition);
+Datum
+oe_key_partition(PG_FUNCTION_ARGS)
+{
+	int32		partitions;
+
+	check_not_null(fcinfo, 0, "key");
+	check_not_null(fcinfo, 1, "partitions");
+	partitions = PG_GETARG_INT32(1);
+	if (partitions < 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid value for partitions: %d", partitions),
+				 errhint("Use a positive number of partitions.")));
+	PG_RETURN_INT32(partition_of(oe_key_hash(PG_GETARG_TEXT_PP(0)), partitions));
+}
+
+/* alignment_ts + bias + delay, or an infinity beyond the range of timestamps. */
+static TimestampTz
+stabilized(TimestampTz alignment_ts, int64 bias, int64 delay)
+{
+	int128		ts;
+
+	if (TIMESTAMP_NOT_FINITE(alignment_ts))
+		return alignment_ts;
+	ts = (int128) alignment_ts + bias + delay;
+	if (ts < MIN_TIMESTAMP)
+		return DT_NOBEGIN;
+	if (ts >= END_TIMESTAMP)
+		return DT_NOEND;
+	return (TimestampTz) ts;
+}
+
+/* The stream's skipped runs that late events may still sit in. */
+static List *
+load_unsettled(int32 stream_id, Snapshot snapshot)
+{
+	Datum		id = Int32GetDatum(stream_id);
+	List	   *runs = NIL;
+
+	oe_run_plan_snapshot(&plans[PLAN_UNSETTLED], &id, NULL, snapshot);
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		UnsettledRun *run = palloc(sizeof(UnsettledRun));
+		bool		isnull;
+
+		run->lane = DatumGetTextPCopy(oe_result(i, 1, &isnull));
+		run->start = DatumGetInt64(oe_result(i, 2, &isnull));
+		run->end = DatumGetInt64(oe_result(i, 3, &isnull));
+		runs = lappend(runs, run);
+	}
+	return runs;
+}
+
+/* True if the event of the lane at seq sits in a skipped run, unsettled. */
+static bool
+in_unsettled_run(const Reader *r, text *lane, int64 seq)
+{
+	ListCell   *lc;
+
+	foreach(lc, r->unsettled)
+	{
+		UnsettledRun *run = lfirst(lc);
+
+		if (seq >= run->start && seq <= run->end &&
+			VARSIZE_ANY_EXHDR(run->lane) == VARSIZE_ANY_EXHDR(lane) &&
+			memcmp(VARDATA_ANY(run->lane), VARDATA_ANY(lane), VARSIZE_ANY_EXHDR(lane)) == 0)
+			return true;
+	}
+	return false;
+}
+
+/* Open the scans of a reader, from its position on. */
+static void
+begin_reader(Reader *r, ReadContext *cx)
+{
+	ScanKeyData keys[2];
+
+	r->run_cxt = AllocSetContextCreate(CurrentMemoryContext, "ordered_events read run",
+									   ALLOCSET_SMALL_SIZES);
+	r->head_cxt = AllocSetContextCreate(CurrentMemoryContext, "ordered_events read event",
+										ALLOCSET_SMALL_SIZES);
+
+	ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_INT4EQ, Int32GetDatum(r->stream_id));
+	ScanKeyInit(&keys[1], 2, BTGreaterEqualStrategyNumber, F_INT8GE,
+				Int64GetDatum(r->read_delivery));
+	r->log_slot = table_slot_create(cx->log_heap, NULL);
+	r->log_scan = index_beginscan(cx->log_heap, cx->log_index, cx->snapshot, 2, 0);
+	index_rescan(r->log_scan, keys, 2, NULL, 0);
+
+	r->event_slot = table_slot_create(cx->event_heap, NULL);
+	r->event_scan = index_beginscan(cx->event_heap, cx->event_index, cx->snapshot, 3, 0);
+}
+
+static void
+end_reader(Reader *r)
+{
+	index_endscan(r->log_scan);
+	index_endscan(r->event_scan);
+	ExecDropSingleTupleTableSlot(r->log_slot);
+	ExecDropSingleTupleTableSlot(r->event_slot);
+}
+
+/*
+ * Move to the next log row with events for the partition, and start the
+ * scan of its lane; false when the stream has no more.
+ */
+static bool
+next_run(Reader *r, ReadContext *cx)
+{
+	while (index_getnext_slot(r->log_scan, ForwardScanDirection, r->log_slot))
+	{
+		bool		isnull;
+		int64		delivery = DatumGetInt64(slot_getattr(r->log_slot, Anum_oe_log_delivery,
+														  &isnull));
+		int64		from = DatumGetInt64(slot_getattr(r->log_slot, Anum_oe_log_seq_start,
+													  &isnull));
+		text	   *lane;
+
+		CHECK_FOR_INTERRUPTS();
+		if (delivery == r->read_delivery)
+		{
+			/* The run of the position: after the last event taken. */
+			if (r->read_seq == PG_INT64_MAX)
+				continue;
+			from = Max(from, r->read_seq + 1);
+		}
+		lane = DatumGetTextPP(slot_getattr(r->log_slot, Anum_oe_log_lane, &isnull));
+		if (r->per_key && cx->partitions > 1 &&
+			partition_of(oe_key_hash(lane), cx->partitions) != cx->partition)
+			continue;			/* a key of another partition */
+
+		MemoryContextReset(r->run_cxt);
+		r->run_lane = copy_text(r->run_cxt, lane);
+		r->run_delivery = delivery;
+		r->run_end = DatumGetInt64(slot_getattr(r->log_slot, Anum_oe_log_seq_end, &isnull));
+		ScanKeyInit(&r->event_keys[0], 1, BTEqualStrategyNumber, F_INT4EQ,
+					Int32GetDatum(r->stream_id));
+		ScanKeyInit(&r->event_keys[1], 2, BTEqualStrategyNumber, F_TEXTEQ,
+					PointerGetDatum(r->run_lane));
+		r->event_keys[1].sk_collation = C_COLLATION_OID;
+		ScanKeyInit(&r->event_keys[2], 3, BTGreaterEqualStrategyNumber, F_INT8GE,
+					Int64GetDatum(from));
+		index_rescan(r->event_scan, r->event_keys, 3, NULL, 0);
+		r->in_run = true;
+		return true;
+	}
+	return false;
+}
+
+/*
+ * Load the reader's next event in delivery order as its head; false when
+ * it has none.
+ */
+static bool
+next_event(Reader *r, ReadContext *cx)
+{
+	for (;;)
+	{
+		while (r->in_run &&
+			   index_getnext_slot(r->event_scan, ForwardScanDirection, r->event_slot))
+		{
+			TupleTableSlot *slot = r->event_slot;
+			bool		isnull;
+			int64		seq = DatumGetInt64(slot_getattr(slot, Anum_oe_event_seq, &isnull));
+			text	   *key;
+			Datum		payload;
+
+			if (seq >= r->run_end)
+				break;
+			key = DatumGetTextPP(slot_getattr(slot, Anum_oe_event_key, &isnull));
+			if (!r->per_key && cx->partitions > 1 &&
+				partition_of(oe_key_hash(key), cx->partitions) != cx->partition)
+				continue;
+			if (r->unsettled != NIL && in_unsettled_run(r, r->run_lane, seq))
+				continue;		/* committed late into a skipped run */
+
+			MemoryContextReset(r->head_cxt);
+			r->seq = seq;
+			r->key = copy_text(r->head_cxt, key);
+			payload = slot_getattr(slot, Anum_oe_event_payload, &r->payload_null);
+			if (!r->payload_null)
+			{
+				MemoryContext old = MemoryContextSwitchTo(r->head_cxt);
+
+				r->payload = PointerGetDatum(PG_DETOAST_DATUM_COPY(payload));
+				MemoryContextSwitchTo(old);
+			}
+			r->event_ts = DatumGetTimestampTz(slot_getattr(slot, Anum_oe_event_event_ts,
+														   &isnull));
+			r->alignment_ts = DatumGetTimestampTz(slot_getattr(slot,
+															   Anum_oe_event_alignment_ts,
+															   &isnull));
+			r->arrival = DatumGetInt64(slot_getattr(slot, Anum_oe_event_arrival, &isnull));
+			r->stabilized_ts = stabilized(r->alignment_ts, r->bias, r->delay);
+			return true;
+		}
+		r->in_run = false;
+		if (!next_run(r, cx))
+			return false;
+	}
+}
+
+/*
+ * binaryheap comparator: the heap's first reader must be the one whose head
+ * has the smallest (stabilized_ts, arrival), and binaryheap keeps the
+ * largest first: compare the other way round.
+ */
+static int
+compare_heads(Datum a, Datum b, void *arg)
+{
+	const Reader *ra = (const Reader *) DatumGetPointer(a);
+	const Reader *rb = (const Reader *) DatumGetPointer(b);
+
+	if (ra->stabilized_ts != rb->stabilized_ts)
+		return ra->stabilized_ts < rb->stabilized_ts ? 1 : -1;
+	if (ra->arrival != rb->arrival)
+		return ra->arrival < rb->arrival ? 1 : -1;
+	return 0;
+}
+
+/* The consumer's subscriptions in this partition, as readers. */
+static List *
+load_readers(ReadContext *cx)
+{
+	Datum		values[3] = {Int32GetDatum(cx->consumer_id), Int32GetDatum(cx->partition),
+	Int32GetDatum(cx->partitions)};
+	List	   *readers = NIL;
+	SPITupleTable *rows;
+	uint64		nrows;
+
+	oe_run_plan_snapshot(&plans[PLAN_SUBSCRIPTIONS], values, NULL, cx->snapshot);
+	rows = SPI_tuptable;
+	nrows = SPI_processed;
+	for (uint64 i = 0; i < nrows; i++)
+	{
+		HeapTuple	row = rows->vals[i];
+		TupleDesc	desc = rows->tupdesc;
+		Reader	   *r = palloc0(sizeof(Reader));
+		bool		isnull;
+		Datum		bias;
+
+		r->stream_id = DatumGetInt32(SPI_getbinval(row, desc, 1, &isnull));
+		r->stream = DatumGetTextPCopy(SPI_getbinval(row, desc, 2, &isnull));
+		r->per_key = DatumGetBool(SPI_getbinval(row, desc, 3, &isnull));
+		r->delay = DatumGetInt64(SPI_getbinval(row, desc, 4, &isnull));
+		r->read_delivery = DatumGetInt64(SPI_getbinval(row, desc, 5, &isnull));
+		r->read_seq = DatumGetInt64(SPI_getbinval(row, desc, 6, &isnull));
+		bias = SPI_getbinval(row, desc, 7, &isnull);
+		r->bias = isnull ? 0 : DatumGetInt64(bias);	/* empty pool: nothing to read */
+		if (!DatumGetBool(SPI_getbinval(row, desc, 8, &isnull)))
+			elog(ERROR, "release totals of stream %d for %d partitions are missing",
+				 r->stream_id, cx->partitions);
+		if (DatumGetBool(SPI_getbinval(row, desc, 9, &isnull)))
+			r->unsettled = load_unsettled(r->stream_id, cx->snapshot);
+		readers = lappend(readers, r);
+	}
+	SPI_freetuptable(rows);
+	return readers;
+}
+
+/* Write what the read took from each stream into its position. */
+static void
+advance_positions(ReadContext *cx, List *readers)
+{
+	ListCell   *lc;
+
+	foreach(lc, readers)
+	{
+		Reader	   *r = lfirst(lc);
+		Datum		values[7];
+
+		if (r->taken == 0)
+			continue;
+		values[0] = Int32GetDatum(cx->consumer_id);
+		values[1] = Int32GetDatum(cx->partition);
+		values[2] = Int32GetDatum(r->stream_id);
+		values[3] = Int64GetDatum(r->read_delivery);
+		values[4] = Int64GetDatum(r->read_seq);
+		values[5] = Int64GetDatum(r->taken);
+		values[6] = CStringGetTextDatum(oe_int128_out(r->taken_lag));
+		oe_run_plan(&plans[PLAN_ADVANCE], values, NULL, SPI_OK_UPDATE);
+	}
+}
+
+/* Merge the readers' streams into the result, at most max_events rows. */
+static void
+merge(ReadContext *cx, List *readers, int32 max_events, ReturnSetInfo *rsinfo)
+{
+	binaryheap *heap = binaryheap_allocate(Max(list_length(readers), 1), compare_heads, NULL);
+	ListCell   *lc;
+	int32		taken = 0;
+
+	foreach(lc, readers)
+	{
+		Reader	   *r = lfirst(lc);
+
+		if (next_event(r, cx))
+			binaryheap_add_unordered(heap, PointerGetDatum(r));
+	}
+	binaryheap_build(heap);
+
+	while (taken < max_events && !binaryheap_empty(heap))
+	{
+		Reader	   *r = (Reader *) DatumGetPointer(binaryheap_first(heap));
+		Datum		values[7];
+		bool		nulls[7] = {0};
+
+		values[0] = PointerGetDatum(r->stream);
+		values[1] = Int64GetDatum(r->seq);
+		values[2] = PointerGetDatum(r->key);
+		values[3] = r->payload;
+		nulls[3] = r->payload_null;
+		values[4] = TimestampTzGetDatum(r->event_ts);
+		values[5] = TimestampTzGetDatum(r->alignment_ts);
+		values[6] = TimestampTzGetDatum(r->stabilized_ts);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+
+		r->read_delivery = r->run_delivery;
+		r->read_seq = r->seq;
+		r->taken++;
+		r->taken_lag += oe_lag(r->event_ts, r->alignment_ts);
+		taken++;
+
+		if (next_event(r, cx))
+			binaryheap_replace_first(heap, PointerGetDatum(r));
+		else
+			(void) binaryheap_remove_first(heap);
+	}
+	binaryheap_free(heap);
+}
+
+/* read() and peek(): "consume" says which. */
+static Datum
+read_consumer(FunctionCallInfo fcinfo, bool consume)
+{
+	const char *fn = consume ? "read()" : "peek()";
+	const OeRelations *rels;
+	ReadContext cx = {0};
+	ReturnSetInfo *rsinfo;
+	OeInternalScope scope;
+	Datum		name;
+	bool		isnull;
+	int32		max_events;
+	List	   *readers;
+	ListCell   *lc;
+
+	check_not_null(fcinfo, 0, "consumer");
+	check_not_null(fcinfo, 1, "max_events");
+	check_not_null(fcinfo, 2, "partition");
+	max_events = PG_GETARG_INT32(1);
+	cx.partition = PG_GETARG_INT32(2);
+	if (max_events <= 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid value for max_events: %d", max_events),
+				 errhint("Use a positive number: the most events %s returns.", fn)));
+	if (consume)
+		PreventCommandIfReadOnly(fn);
+
+	InitMaterializedSRF(fcinfo, 0);
+	rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	rels = oe_relations();
+
+	oe_internal_begin(&scope, rels->owner);
+	name = PG_GETARG_DATUM(0);
+	oe_run_plan(&plans[PLAN_CONSUMER], &name, NULL, SPI_OK_SELECT);
+	cx.consumer_id = DatumGetInt32(oe_result(0, 1, &isnull));
+	cx.partitions = DatumGetInt32(oe_result(0, 2, &isnull));
+	if (cx.partition < 0 || cx.partition >= cx.partitions)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid value for partition: %d", cx.partition),
+				 errdetail("Consumer \"%s\" has %d partition(s).",
+						   TextDatumGetCString(name), cx.partitions),
+				 errhint("Use a partition from 0 to %d.", cx.partitions - 1)));
+
+	/* Wait for a reader of the partition to end, then see what it did. */
+	if (consume)
+	{
+		Datum		values[2] = {Int32GetDatum(cx.consumer_id), Int32GetDatum(cx.partition)};
+
+		oe_run_plan(&plans[PLAN_LOCK], values, NULL, SPI_OK_SELECT);
+	}
+	PushCopiedSnapshot(GetTransactionSnapshot());
+	UpdateActiveSnapshotCommandId();
+	cx.snapshot = GetActiveSnapshot();
+
+	cx.event_heap = table_open(rels->event, AccessShareLock);
+	cx.event_index = index_open(rels->event_pkey, AccessShareLock);
+	cx.log_heap = table_open(rels->lane_release_log, AccessShareLock);
+	cx.log_index = index_open(rels->lane_release_log_delivery_key, AccessShareLock);
+
+	readers = load_readers(&cx);
+	foreach(lc, readers)
+		begin_reader(lfirst(lc), &cx);
+	merge(&cx, readers, max_events, rsinfo);
+	foreach(lc, readers)
+		end_reader(lfirst(lc));
+
+	index_close(cx.log_index, AccessShareLock);
+	table_close(cx.log_heap, AccessShareLock);
+	index_close(cx.event_index, AccessShareLock);
+	table_close(cx.event_heap, AccessShareLock);
+	PopActiveSnapshot();
+
+	if (consume)
+		advance_positions(&cx, readers);
+	oe_internal_end(&scope);
+	return (Datum) 0;
+}
+
+/*
+ * read(consumer text, max_events integer DEFAULT 1000, partition integer
+ * DEFAULT 0) returns table (stream, seq, key, payload, event_ts,
+ * alignment_ts, stabilized_ts)
+ */
+PG_FUNCTION_INFO_V1(oe_read);
+Datum
+oe_read(PG_FUNCTION_ARGS)
+{
+	return read_consumer(fcinfo, true);
+}
+
+/* peek(): the same arguments and rows as read(); consumes nothing. */
+PG_FUNCTION_INFO_V1(oe_peek);
+Datum
+oe_peek(PG_FUNCTION_ARGS)
+{
+	return read_consumer(fcinfo, false);
+}
