@@ -49,6 +49,9 @@ PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
+# Every module includes the one internal header.
+$(OBJS): src/ordered_events.h
+
 .PHONY: test demo bench installcheck-tap
 
 installcheck-tap:
