@@ -959,7 +959,9 @@ SELECT c.consumer, s.partition, d.stream, s.delay, s.consumed_count,
                    SELECT FROM ordered_events.event e
                     WHERE e.stream_id = l.stream_id AND e.lane = l.lane
                       AND e.seq >= l.seq_start AND e.seq < l.seq_end
-                      AND (l.delivery > s.read_delivery OR e.seq > s.read_seq)
+                      -- after the position (a bound the primary key takes)
+                      AND e.seq > CASE WHEN l.delivery = s.read_delivery THEN s.read_seq
+                                       ELSE '-9223372036854775808'::bigint END
                       AND (c.partitions = 1
                            OR ordered_events.key_partition(e.key, c.partitions) = s.partition))
              ORDER BY l.delivery
