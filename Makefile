@@ -7,6 +7,7 @@ EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" $(EXTENSION).co
 
 MODULE_big = ordered_events
 OBJS = \
+	src/arrival.o \
 	src/catalog.o \
 	src/consumer_read.o \
 	src/dead_letter.o \

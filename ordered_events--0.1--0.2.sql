@@ -42,8 +42,8 @@ COMMENT ON TABLE ordered_events.event IS
 
 /*
  * The order in which the extension accepted events, across the streams of
- * the database: consumers break ties between streams by it.  CACHE 1, so
- * that it follows the order of acceptance across sessions too.
+ * the database: consumers break ties between streams by it.  Each value
+ * stands for a block of 1024 arrival numbers (src/arrival.c).
  */
 CREATE SEQUENCE ordered_events.arrival_seq AS bigint CACHE 1;
 COMMENT ON SEQUENCE ordered_events.arrival_seq IS
@@ -63,8 +63,8 @@ SELECT a.stream_id, a.lane, a.last_event, a.seq, a.event_ts, a.alignment_ts, a.r
                e.received_at, e.key, e.payload
           FROM ordered_events.key_events e) a;
 SELECT pg_catalog.setval('ordered_events.arrival_seq',
-                         coalesce((SELECT pg_catalog.max(e.arrival) FROM ordered_events.event e), 0) + 1,
-                         false);
+                         coalesce((SELECT pg_catalog.max(e.arrival) FROM ordered_events.event e), 0)
+                         / 1024 + 1, false);
 
 /*
  * Progress: one row per lane that a release step has looked at (a global

@@ -68,8 +68,7 @@ insert_event(const OeStream *stream, const OeEvent *event)
 	values[Anum_oe_event_alignment_ts - 1] = TimestampTzGetDatum(event->alignment_ts);
 	values[Anum_oe_event_received_at - 1] =
 		TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
-	values[Anum_oe_event_arrival - 1] =
-		Int64GetDatum(nextval_internal(oe_relations()->arrival_seq, false));
+	values[Anum_oe_event_arrival - 1] = Int64GetDatum(oe_next_arrival());
 	values[Anum_oe_event_key - 1] = PointerGetDatum(event->key);
 	values[Anum_oe_event_payload - 1] = PointerGetDatum(event->payload);
 	isnull[Anum_oe_event_payload - 1] = (event->payload == NULL);

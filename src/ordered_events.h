@@ -21,6 +21,7 @@
 #include "nodes/pg_list.h"
 #include "storage/latch.h"
 #include "storage/lwlock.h"
+#include "storage/spin.h"
 #include "utils/jsonb.h"
 #include "utils/snapshot.h"
 
@@ -215,10 +216,25 @@ typedef struct OeWorkerSlot
 	char		last_error[OE_ERROR_LEN];
 } OeWorkerSlot;
 
+/* A block of arrival numbers shared by the sessions of a database (arrival.c). */
+#define OE_ARRIVAL_BLOCK	1024	/* numbers per value of arrival_seq */
+#define OE_ARRIVAL_BLOCKS	64		/* databases with a shared block */
+
+typedef struct OeArrivalBlock
+{
+	Oid			dboid;
+	Oid			seq;			/* its arrival_seq */
+	int64		next;			/* the next number to take */
+	int64		limit;			/* the first number beyond the block */
+} OeArrivalBlock;
+
 typedef struct OeShared
 {
 	LWLock	   *lock;
 	OeWorkerSlot slots[OE_MAX_DATABASES];
+	slock_t		arrival_lock;	/* protects the arrival blocks */
+	int			arrival_victim; /* the entry a new database takes next */
+	OeArrivalBlock arrival[OE_ARRIVAL_BLOCKS];
 } OeShared;
 
 /* GUCs (ordered_events.c) */
@@ -233,6 +249,9 @@ typedef struct OeInternalScope
 	int			save_sec_context;
 	int			save_nestlevel;
 } OeInternalScope;
+
+/* arrival.c */
+extern int64 oe_next_arrival(void);
 
 /* catalog.c */
 extern void oe_catalog_init(void);

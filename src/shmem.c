@@ -67,6 +67,7 @@ shmem_startup(void)
 	{
 		memset(oe_shared, 0, sizeof(OeShared));
 		oe_shared->lock = &(GetNamedLWLockTranche("ordered_events"))->lock;
+		SpinLockInit(&oe_shared->arrival_lock);
 	}
 	LWLockRelease(AddinShmemInitLock);
 }
