@@ -134,6 +134,15 @@ $node->safe_psql('postgres', q{
 ok($node->poll_query_until('postgres',
 		"SELECT range_end FROM ordered_events.ranges WHERE stream = 'c'", '20100'),
 	'c: released up to the gap at 20100');
+# The arrival order goes on after the crash: the blocks of numbers that the
+# sessions shared in memory are gone, the next ones come after them.
+is( $node->safe_psql('postgres', q{
+	SELECT min(e.arrival) FILTER (WHERE e.seq > 20000)
+	       > max(e.arrival) FILTER (WHERE e.seq <= 20000)
+	  FROM ordered_events.event e
+	  JOIN ordered_events.stream_def d USING (stream_id)
+	 WHERE d.stream = 'c'}),
+	't', 'c: events accepted after the crash arrive after those before it');
 $node->safe_psql('postgres', q{
 	INSERT INTO ordered_events.inbox (stream, seq, key)
 	SELECT 'c', g, 'k' FROM generate_series(20100, 21000, 100) g;
