@@ -45,3 +45,70 @@ SELECT ordered_events.ingest('orders', 6, 'key1', '{"op": "refund"}') AS outcome
 SELECT seq, key, payload FROM ordered_events.released;
 \echo '--- nobody called release(): the background worker did'
 SELECT database, state, released_total FROM ordered_events.worker_status;
+
+-- Consumers: two streams read as one merged sequence; the worked example of
+-- README.md, "Consuming".
+SET timezone = 'UTC';
+\echo
+\echo '=== Consuming: two streams, one merged order ==='
+\echo 'Stream "payments" is written 2 s after each event happens; "shipments" comes'
+\echo 'in one batch, 12 to 8 s late.  lag = event_ts - alignment_ts.'
+SELECT ordered_events.create_stream('payments') \gset
+SELECT ordered_events.create_stream('shipments') \gset
+INSERT INTO ordered_events.inbox (stream, seq, key, event_ts, alignment_ts) VALUES
+    ('payments',  1, 'order_1', '2026-11-30 12:00:01', '2026-11-30 12:00:03'),
+    ('payments',  2, 'order_2', '2026-11-30 12:00:05', '2026-11-30 12:00:07'),
+    ('payments',  3, 'order_3', '2026-11-30 12:00:09', '2026-11-30 12:00:11'),
+    ('shipments', 1, 'order_0', '2026-11-30 12:00:00', '2026-11-30 12:00:12'),
+    ('shipments', 2, 'order_1', '2026-11-30 12:00:03', '2026-11-30 12:00:13'),
+    ('shipments', 3, 'order_2', '2026-11-30 12:00:06', '2026-11-30 12:00:14');
+-- Wait (at most 10 s) for the worker to release them.
+DO $$
+BEGIN
+    FOR i IN 1 .. 200 LOOP
+        EXIT WHEN (SELECT count(*) FROM ordered_events.released
+                    WHERE stream IN ('payments', 'shipments')) = 6;
+        PERFORM pg_sleep(0.05);
+    END LOOP;
+END $$;
+SELECT stream, seq, key, event_ts::time, alignment_ts::time, event_ts - alignment_ts AS lag
+  FROM ordered_events.released
+ WHERE stream IN ('payments', 'shipments')
+ ORDER BY alignment_ts;
+
+\echo '--- consumer "billing" subscribes to both; bias = the average lag of what it has not read'
+SELECT ordered_events.create_consumer('billing') \gset
+SELECT ordered_events.subscribe('billing', 'payments') \gset
+SELECT ordered_events.subscribe('billing', 'shipments') \gset
+SELECT stream, delay, unread_count, bias FROM ordered_events.consumers WHERE consumer = 'billing';
+
+\echo '--- billing reads, and records what it read in the same transaction (exactly once):'
+\echo '    merged by stabilized_ts = alignment_ts + bias + delay; each stream stays in order'
+CREATE TABLE billing_log (position bigint, stream text, seq bigint, key text,
+                          stabilized_ts timestamptz);
+BEGIN;
+INSERT INTO billing_log
+SELECT position, stream, seq, key, stabilized_ts
+  FROM ordered_events.read('billing') WITH ORDINALITY AS r(stream, seq, key, payload, event_ts,
+                                                           alignment_ts, stabilized_ts, position);
+COMMIT;
+SELECT stream, seq, key, stabilized_ts::time FROM billing_log ORDER BY position;
+\echo '--- reading again: nothing is left'
+SELECT count(*) AS unread FROM ordered_events.read('billing');
+
+\echo '--- consumer "audit" gives shipments a delay of 5 s: they come later'
+SELECT ordered_events.create_consumer('audit') \gset
+SELECT ordered_events.subscribe('audit', 'payments') \gset
+SELECT ordered_events.subscribe('audit', 'shipments', delay => '5 s') \gset
+\echo '--- a read that rolls back consumes nothing ...'
+BEGIN;
+SELECT stream, seq, key, stabilized_ts::time FROM ordered_events.read('audit', 2);
+ROLLBACK;
+\echo '--- ... so the next read starts from the beginning again'
+\echo '    (payments 3 and shipments 3 tie at 12:00:09: payments 3 was accepted first)'
+SELECT stream, seq, key, alignment_ts::time, stabilized_ts::time FROM ordered_events.read('audit');
+
+\echo '--- the consumers view'
+SELECT consumer, stream, delay, consumed_count, unread_count, bias,
+       last_read_at IS NOT NULL AS has_read
+  FROM ordered_events.consumers;
