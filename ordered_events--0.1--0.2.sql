@@ -681,10 +681,10 @@ COMMENT ON TABLE ordered_events.consumer_def IS
  * A consumer's position in a stream, per partition.  The position is the
  * last event taken: (read_delivery, read_seq), its release log row and
  * seq; what follows in delivery order is unread.  taken_* is what left
- * the pool (events taken, and for start 'now' those released before);
- * a read keeps in base_* what taken_* was when its transaction (read_xid)
- * first read, because its uncommitted reads stay in the pool.  Reading
- * locks the rows of its (consumer, partition).
+ * the pool (events taken, and for start 'now' those released before).
+ * The pool is what committed reads left, so the transaction that read
+ * last (read_xid) keeps in base_* the position and taken_* it started
+ * from.  Reading locks the rows of its (consumer, partition).
  */
 CREATE TABLE ordered_events.subscription (
     consumer_id integer NOT NULL
@@ -699,6 +699,8 @@ CREATE TABLE ordered_events.subscription (
     taken_lag numeric NOT NULL,
     consumed_count bigint NOT NULL DEFAULT 0,
     read_xid xid8,
+    base_delivery bigint,
+    base_seq bigint,
     base_count bigint,
     base_lag numeric,
     last_read_at timestamptz,
@@ -708,6 +710,21 @@ CREATE TABLE ordered_events.subscription (
 CREATE INDEX subscription_stream_idx ON ordered_events.subscription (stream_id);
 COMMENT ON TABLE ordered_events.subscription IS
     'Internal: the delay and position of a consumer in a stream, per partition';
+
+-- The position and taken_* as committed reads left them (see subscription).
+CREATE FUNCTION ordered_events.committed_position(s ordered_events.subscription)
+RETURNS TABLE (read_delivery bigint, read_seq bigint, taken_count bigint, taken_lag numeric)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT CASE WHEN mine THEN s.base_delivery ELSE s.read_delivery END,
+       CASE WHEN mine THEN s.base_seq ELSE s.read_seq END,
+       CASE WHEN mine THEN s.base_count ELSE s.taken_count END,
+       CASE WHEN mine THEN s.base_lag ELSE s.taken_lag END
+  FROM (SELECT s.read_xid = pg_current_xact_id_if_assigned() AS mine) x
+$$;
+COMMENT ON FUNCTION ordered_events.committed_position(ordered_events.subscription) IS
+    'Internal: a subscription''s position as committed reads left it';
 
 SELECT pg_catalog.pg_extension_config_dump('ordered_events.arrival_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('ordered_events.release_totals', '');
@@ -942,25 +959,28 @@ COMMENT ON FUNCTION ordered_events.peek(text, integer, integer) IS
 /*
  * One row per subscription and partition.  The pool is what release_totals
  * counts beyond what the position took out; its first unread event is the
- * first event after the position in delivery order.
+ * first event after the position in delivery order.  Inside the
+ * transaction that read last, the pool is still what it was before its
+ * reads (base_*), as for read().
  */
 CREATE VIEW ordered_events.consumers AS
-SELECT c.consumer, s.partition, d.stream, s.delay, s.consumed_count,
-       t.released_count - s.taken_count AS unread_count,
-       CASE WHEN t.released_count > s.taken_count
-            THEN round((t.lag_sum - s.taken_lag) / (t.released_count - s.taken_count))::bigint
+SELECT c.consumer, s.partition, d.stream, s.delay,
+       s.consumed_count - (s.taken_count - p.taken_count) AS consumed_count,
+       t.released_count - p.taken_count AS unread_count,
+       CASE WHEN t.released_count > p.taken_count
+            THEN round((t.lag_sum - p.taken_lag) / (t.released_count - p.taken_count))::bigint
                  * interval '1 microsecond'
        END AS bias,
-       CASE WHEN t.released_count > s.taken_count THEN (
+       CASE WHEN t.released_count > p.taken_count THEN (
             SELECT l.released_at
               FROM ordered_events.lane_release_log l
-             WHERE l.stream_id = s.stream_id AND l.delivery >= s.read_delivery
+             WHERE l.stream_id = s.stream_id AND l.delivery >= p.read_delivery
                AND EXISTS (
                    SELECT FROM ordered_events.event e
                     WHERE e.stream_id = l.stream_id AND e.lane = l.lane
                       AND e.seq >= l.seq_start AND e.seq < l.seq_end
                       -- after the position (a bound the primary key takes)
-                      AND e.seq > CASE WHEN l.delivery = s.read_delivery THEN s.read_seq
+                      AND e.seq > CASE WHEN l.delivery = p.read_delivery THEN p.read_seq
                                        ELSE '-9223372036854775808'::bigint END
                       AND (c.partitions = 1
                            OR ordered_events.key_partition(e.key, c.partitions) = s.partition))
@@ -973,6 +993,7 @@ SELECT c.consumer, s.partition, d.stream, s.delay, s.consumed_count,
   JOIN ordered_events.stream_def d ON d.stream_id = s.stream_id
   JOIN ordered_events.release_totals t
     ON t.stream_id = s.stream_id AND t.partitions = c.partitions AND t.partition = s.partition
+ CROSS JOIN LATERAL ordered_events.committed_position(s) p
  ORDER BY c.consumer, s.partition, d.stream;
 COMMENT ON VIEW ordered_events.consumers IS
     'Each consumer''s subscriptions, per partition: delay, consumed and unread events, bias';
@@ -986,6 +1007,7 @@ REVOKE EXECUTE ON FUNCTION
     ordered_events.read(text, integer, integer),
     ordered_events.peek(text, integer, integer),
     ordered_events.count_released(integer, integer),
+    ordered_events.committed_position(ordered_events.subscription),
     ordered_events.forget_unused_totals(integer),
     ordered_events.lock_streams(integer[])
 FROM PUBLIC;

@@ -86,11 +86,7 @@ static OePlan plans[] = {
 		"JOIN ordered_events.stream_def d ON d.stream_id = s.stream_id "
 		"LEFT JOIN ordered_events.release_totals t ON t.stream_id = s.stream_id "
 		"  AND t.partitions = $3 AND t.partition = s.partition "
-		"CROSS JOIN LATERAL (SELECT "
-		"    CASE WHEN s.read_xid = pg_catalog.pg_current_xact_id_if_assigned() "
-		"      THEN s.base_count ELSE s.taken_count END AS taken_count, "
-		"    CASE WHEN s.read_xid = pg_catalog.pg_current_xact_id_if_assigned() "
-		"      THEN s.base_lag ELSE s.taken_lag END AS taken_lag) b "
+		"CROSS JOIN LATERAL ordered_events.committed_position(s) b "
 		"WHERE s.consumer_id = $1 AND s.partition = $2 "
 		"ORDER BY s.stream_id",
 		3, {INT4OID, INT4OID, INT4OID}
@@ -103,13 +99,11 @@ static OePlan plans[] = {
 		1, {INT4OID}
 	},
 
-	/* The pool as committed reads left it stays in base_* for this transaction. */
+	/* What committed reads left stays in base_* for this transaction. */
 	[PLAN_ADVANCE] = {
 		"UPDATE ordered_events.subscription s SET "
-		"  base_count = CASE WHEN s.read_xid = pg_catalog.pg_current_xact_id() "
-		"    THEN s.base_count ELSE s.taken_count END, "
-		"  base_lag = CASE WHEN s.read_xid = pg_catalog.pg_current_xact_id() "
-		"    THEN s.base_lag ELSE s.taken_lag END, "
+		"  (base_delivery, base_seq, base_count, base_lag) = "
+		"    (SELECT * FROM ordered_events.committed_position(s)), "
 		"  read_xid = pg_catalog.pg_current_xact_id(), "
 		"  read_delivery = $4, read_seq = $5, "
 		"  taken_count = s.taken_count + $6, taken_lag = s.taken_lag + $7::numeric, "
