@@ -1,7 +1,8 @@
 -- The extension itself: fixed schema ordered_events, not relocatable, every
--- object it owns inside that schema, and the outcome enum.
+-- object it owns inside that schema, the inventory of that schema, and the
+-- outcome enum.
 BEGIN;
-SELECT plan(13);
+SELECT plan(17);
 
 SELECT has_extension('ordered_events', 'ordered_events',
     'extension ordered_events is installed in schema ordered_events');
@@ -46,6 +47,39 @@ SELECT is_empty($$
                         WHERE d.classid = 'pg_proc'::regclass AND d.objid = p.oid
                           AND d.deptype = 'e')$$,
     'schema ordered_events holds no function that is not part of the extension');
+
+-- The inventory of the schema, internal objects included, as 0.2 (issue 11:
+-- consumers) leaves it after CREATE EXTENSION, which runs the 0.1 script and
+-- the 0.1--0.2 update: an object the update forgot to drop, or a new one,
+-- shows here.  fence_seq_<id> sequences come with fence streams; this
+-- database has none.
+SELECT functions_are('ordered_events', ARRAY[
+    -- streams, writing, releasing, reading
+    'create_stream', 'alter_stream', 'drop_stream', 'ingest', 'append', 'release',
+    'skip_gap', 'gaps', 'blockers',
+    -- consumers
+    'create_consumer', 'drop_consumer', 'subscribe', 'unsubscribe', 'read', 'peek',
+    'key_partition',
+    -- internal
+    'blocking_transactions', 'check_not_null', 'check_release_options',
+    'committed_position', 'consumer_or_error', 'count_released', 'forget_unused_totals',
+    'inbox_insert', 'invalid_option', 'lag_us', 'lock_streams', 'stream_def_changed',
+    'stream_id', 'stream_or_error', 'streams_with_work', 'worker_status_internal'],
+    'schema ordered_events has exactly the functions of 0.2');
+SELECT tables_are('ordered_events', ARRAY[
+    'unprocessed',
+    -- internal
+    'stream_def', 'event', 'progress', 'lane_release_log', 'gap_skips', 'key_arrivals',
+    'release_totals', 'consumer_def', 'subscription'],
+    'schema ordered_events has exactly the tables of 0.2');
+SELECT views_are('ordered_events', ARRAY[
+    'streams', 'inbox', 'released', 'pending', 'ranges', 'key_status', 'stream_stats',
+    'worker_status', 'skipped_gaps', 'consumers',
+    -- internal
+    'accepted_events'],
+    'schema ordered_events has exactly the views of 0.2');
+SELECT sequences_are('ordered_events', ARRAY['stream_id_seq', 'arrival_seq', 'consumer_id_seq'],
+    'schema ordered_events has exactly the sequences of 0.2 (no fence stream exists)');
 
 -- outcome: the labels of the contract, in order.
 SELECT has_enum('ordered_events', 'outcome', 'enum ordered_events.outcome exists');
