@@ -88,6 +88,80 @@ CREATE TRIGGER t BEFORE INSERT ON priv_t FOR EACH ROW EXECUTE FUNCTION ordered_e
 INSERT INTO priv_t VALUES (1);
 DROP TABLE priv_t, priv_t2;
 
+-- consumers (0.2): the operator creates and subscribes consumers, the
+-- consumer role reads them with EXECUTE on read() and peek() alone, the
+-- monitor watches the consumers view
+GRANT EXECUTE ON FUNCTION ordered_events.create_consumer(text, integer),
+                          ordered_events.drop_consumer(text),
+                          ordered_events.subscribe(text, text, interval, text),
+                          ordered_events.unsubscribe(text, text) TO regress_oe_operator;
+GRANT EXECUTE ON FUNCTION ordered_events.read(text, integer, integer),
+                          ordered_events.peek(text, integer, integer) TO regress_oe_consumer;
+GRANT SELECT ON ordered_events.consumers TO regress_oe_monitor;
+CREATE ROLE regress_oe_nobody;
+GRANT USAGE ON SCHEMA ordered_events TO regress_oe_nobody;
+SET ROLE regress_oe_operator;
+SELECT ordered_events.create_stream('priv_c');
+RESET ROLE;
+SET ROLE regress_oe_producer;
+SELECT ordered_events.ingest('priv_c', s, 'k' || s, NULL,
+                             '2024-01-01 10:00:00+00'::timestamptz + s * interval '1 s',
+                             '2024-01-01 10:00:00+00'::timestamptz + s * interval '1 s')
+  FROM generate_series(1, 3) s;
+RESET ROLE;
+SET ROLE regress_oe_operator;
+SELECT ordered_events.release('priv_c');
+SELECT ordered_events.create_consumer('priv_cons');
+SELECT ordered_events.subscribe('priv_cons', 'priv_c');
+SELECT ordered_events.create_consumer('priv_cons2', 2);
+SELECT ordered_events.subscribe('priv_cons2', 'priv_c', '1 s', 'now');
+SELECT ordered_events.unsubscribe('priv_cons2', 'priv_c');
+SELECT ordered_events.drop_consumer('priv_cons2');
+-- ... but does not read
+SELECT * FROM ordered_events.read('priv_cons');
+SELECT * FROM ordered_events.peek('priv_cons');
+RESET ROLE;
+SET ROLE regress_oe_consumer;
+SELECT stream, seq, key FROM ordered_events.peek('priv_cons');
+SELECT stream, seq, key FROM ordered_events.read('priv_cons', 2);
+SELECT stream, seq, key FROM ordered_events.read('priv_cons');
+-- ... but does not manage consumers, nor see their tables or the view
+SELECT ordered_events.create_consumer('priv_x');
+SELECT ordered_events.subscribe('priv_cons', 'priv_o');
+SELECT ordered_events.unsubscribe('priv_cons', 'priv_c');
+SELECT ordered_events.drop_consumer('priv_cons');
+SELECT count(*) FROM ordered_events.subscription;
+SELECT count(*) FROM ordered_events.consumer_def;
+SELECT count(*) FROM ordered_events.consumers;
+RESET ROLE;
+SET ROLE regress_oe_monitor;
+SELECT consumer, partition, stream, consumed_count, unread_count, last_read_at IS NOT NULL AS has_read
+  FROM ordered_events.consumers;
+SELECT * FROM ordered_events.peek('priv_cons');
+RESET ROLE;
+-- without EXECUTE: insufficient_privilege, 42501
+\set VERBOSITY sqlstate
+SET ROLE regress_oe_producer;
+SELECT * FROM ordered_events.read('priv_cons');
+RESET ROLE;
+SET ROLE regress_oe_monitor;
+SELECT * FROM ordered_events.read('priv_cons');
+RESET ROLE;
+\set VERBOSITY terse
+-- a role with PUBLIC's rights only may compute partitions, nothing else
+SET ROLE regress_oe_nobody;
+SELECT * FROM ordered_events.read('priv_cons');
+SELECT * FROM ordered_events.peek('priv_cons');
+SELECT ordered_events.create_consumer('priv_x');
+SELECT ordered_events.drop_consumer('priv_cons');
+SELECT ordered_events.subscribe('priv_cons', 'priv_o');
+SELECT ordered_events.unsubscribe('priv_cons', 'priv_c');
+SELECT count(*) FROM ordered_events.consumers;
+SELECT ordered_events.key_partition('k1', 4) = (hashtextextended('k1', 0) & 9223372036854775807) % 4
+    AS key_partition_works;
+RESET ROLE;
+SELECT consumer, stream, consumed_count, unread_count FROM ordered_events.consumers;
+
 -- PUBLIC may not write, nor call the internal functions
 SELECT p.proname, has_function_privilege('public', p.oid, 'EXECUTE') AS public_may_execute
   FROM pg_proc p
@@ -95,9 +169,22 @@ SELECT p.proname, has_function_privilege('public', p.oid, 'EXECUTE') AS public_m
    AND p.proname IN ('create_stream', 'alter_stream', 'drop_stream', 'ingest', 'append',
                      'release', 'skip_gap', 'gaps', 'blockers', 'blocking_transactions',
                      'inbox_insert', 'stream_def_changed', 'worker_status_internal',
-                     'stream_id')
+                     'stream_id',
+                     'create_consumer', 'drop_consumer', 'subscribe', 'unsubscribe', 'read',
+                     'peek', 'key_partition', 'count_released', 'forget_unused_totals',
+                     'lock_streams', 'consumer_or_error', 'check_not_null', 'lag_us')
  ORDER BY p.proname;
 
-SELECT ordered_events.drop_stream('priv_o'), ordered_events.drop_stream('priv_f');
-DROP OWNED BY regress_oe_producer, regress_oe_consumer, regress_oe_operator, regress_oe_monitor;
-DROP ROLE regress_oe_producer, regress_oe_consumer, regress_oe_operator, regress_oe_monitor;
+SELECT has_table_privilege('public', c.oid, 'SELECT') AS public_may_select, c.relname
+  FROM pg_class c
+ WHERE c.relnamespace = 'ordered_events'::regnamespace
+   AND c.relname IN ('consumers', 'consumer_def', 'subscription', 'release_totals')
+ ORDER BY c.relname;
+
+SELECT ordered_events.drop_consumer('priv_cons');
+SELECT ordered_events.drop_stream('priv_o'), ordered_events.drop_stream('priv_f'),
+       ordered_events.drop_stream('priv_c');
+DROP OWNED BY regress_oe_producer, regress_oe_consumer, regress_oe_operator, regress_oe_monitor,
+              regress_oe_nobody;
+DROP ROLE regress_oe_producer, regress_oe_consumer, regress_oe_operator, regress_oe_monitor,
+          regress_oe_nobody;
