@@ -141,4 +141,131 @@ is($node->safe_psql('postgres', q{
 	"accepted|accepted|accepted|duplicate\naccepted\n6\n11\n1,2,3\n1",
 	'after the update the streams release and reject as before');
 
+# Consumers on the updated data (issue 11).  A consumer subscribed with
+# start 'beginning' gets exactly the events released before the update and
+# after it, each stream in its delivery order: g in seq order, k each key in
+# seq order (0.1's release log rows in the order of their time, then key),
+# f in seq order.  Released before the update: g 1,2,3,5,6 (on 2026-01-01,
+# 4 skipped), f 1,2 (2026-01-03), k a/1, b/1, b/2 (2026-01-04), all logged
+# on 2026-01-05; after it, by the release above: g 7,8,9,10 and k a/2, a/3
+# (g 7, 8, 10 and a/2 with today's times).
+$node->safe_psql('postgres', q{
+	CREATE TABLE taken (read_no integer, n bigint, stream text, key text, seq bigint);
+	SELECT ordered_events.create_consumer('up');
+	SELECT ordered_events.subscribe('up', s, start => 'beginning') FROM unnest(ARRAY['g', 'k', 'f']) s;
+	SELECT ordered_events.create_consumer('up2', 2);
+	SELECT ordered_events.subscribe('up2', s) FROM unnest(ARRAY['g', 'k']) s;
+});
+
+is($node->safe_psql('postgres', q{
+	SELECT string_agg(format('%s/%s/%s/%s/%s', stream, consumed_count, unread_count,
+	                         oldest_unread_at = '2026-01-05', last_read_at IS NULL), ' ' ORDER BY stream)
+	  FROM ordered_events.consumers WHERE consumer = 'up';
+	SELECT string_agg(format('%s/%s', stream,
+	                         CASE stream WHEN 'f' THEN bias = '0'
+	                                     ELSE bias > '-1 s' AND bias <= '0' END), ' ' ORDER BY stream)
+	  FROM ordered_events.consumers WHERE consumer = 'up'}),
+	"f/0/2/t/t g/0/9/t/t k/0/5/t/t\nf/t g/t k/t",
+	'the consumers view counts the events released before and after the update as unread');
+
+# Everything released before the update was aligned before anything
+# released after it: the first ten events are those, in merged order.
+is($node->safe_psql('postgres', q{
+	INSERT INTO taken
+	SELECT 1, n, stream, key, seq
+	  FROM ordered_events.read('up', 10) WITH ORDINALITY
+	       AS r(stream, seq, key, payload, event_ts, alignment_ts, stabilized_ts, n);
+	SELECT string_agg(format('%s/%s/%s', stream, key, seq), ' ' ORDER BY n) FROM taken WHERE read_no = 1}),
+	'g/k1/1 g/k0/2 g/k1/3 g/k1/5 g/k0/6 f/x/1 f/y/2 k/a/1 k/b/1 k/b/2',
+	'a read takes the events released before the update in merged order');
+is($node->safe_psql('postgres', q{
+	SELECT string_agg(format('%s/%s/%s/%s', c.stream, c.consumed_count, c.unread_count,
+	                         c.oldest_unread_at IS NOT DISTINCT FROM
+	                             (SELECT r.released_at FROM ordered_events.released r
+	                               WHERE r.stream = c.stream
+	                                 AND (r.stream, r.key, r.seq) IN (('g', 'k', 7), ('k', 'a', 2)))),
+	                  ' ' ORDER BY c.stream)
+	  FROM ordered_events.consumers c WHERE c.consumer = 'up'}),
+	'f/2/0/t g/5/4/t k/3/2/t',
+	'... and the view counts them consumed; the oldest unread events are those released after the update');
+
+is($node->safe_psql('postgres', q{
+	INSERT INTO taken
+	SELECT 2, n, stream, key, seq
+	  FROM ordered_events.read('up') WITH ORDINALITY
+	       AS r(stream, seq, key, payload, event_ts, alignment_ts, stabilized_ts, n);
+	SELECT stream, string_agg(format('%s/%s', key, seq), ' ' ORDER BY read_no, n)
+	  FROM taken GROUP BY stream ORDER BY stream;
+	SELECT count(*), count(DISTINCT (stream, key, seq)) FROM taken;
+	SELECT count(*) FROM ordered_events.released r
+	 WHERE r.stream IN ('g', 'k', 'f')
+	   AND NOT EXISTS (SELECT FROM taken t WHERE (t.stream, t.key, t.seq) = (r.stream, r.key, r.seq))}),
+	"f|x/1 y/2\ng|k1/1 k0/2 k1/3 k1/5 k0/6 k/7 k/8 k1/9 k/10\nk|a/1 b/1 b/2 a/2 a/3\n16|16\n0",
+	'the next read takes the events released after the update: each released event once, each stream in its order');
+is($node->safe_psql('postgres', q{
+	SELECT string_agg(format('%s/%s/%s/%s/%s', stream, consumed_count, unread_count,
+	                         bias IS NULL AND oldest_unread_at IS NULL, last_read_at IS NOT NULL),
+	                  ' ' ORDER BY stream)
+	  FROM ordered_events.consumers WHERE consumer = 'up'}),
+	'f/2/0/t/t g/9/0/t/t k/5/0/t/t',
+	'the consumers view shows everything consumed, nothing unread');
+
+# A consumer with two partitions counts the updated data per partition
+# (subscribe counts the released events for a new partition count).
+is($node->safe_psql('postgres', q{
+	SELECT string_agg(format('%s/%s/%s', partition, stream, unread_count), ' ' ORDER BY partition, stream)
+	  FROM ordered_events.consumers WHERE consumer = 'up2';
+	SELECT string_agg(format('%s/%s/%s', p, stream, n), ' ' ORDER BY p, stream)
+	  FROM (SELECT ordered_events.key_partition(key, 2) AS p, stream, count(*) AS n
+	          FROM ordered_events.released WHERE stream IN ('g', 'k') GROUP BY 1, 2) r;
+	SELECT count(*), count(DISTINCT (r.stream, r.key, r.seq)),
+	       bool_and(ordered_events.key_partition(r.key, 2) = p.p)
+	  FROM generate_series(0, 1) p(p), LATERAL ordered_events.read('up2', 100, p.p) r;
+	SELECT sum(consumed_count), sum(unread_count) FROM ordered_events.consumers WHERE consumer = 'up2'}),
+	"0/g/6 0/k/2 1/g/3 1/k/3\n0/g/6 0/k/2 1/g/3 1/k/3\n14|14|t\n14|0",
+	'a consumer with 2 partitions reads every updated event once, each from its key\'s partition');
+
+# Ingest after the update records the arrival order; 0.1's events arrived
+# in received_at order (then stream, key, seq): arrivals 1 .. 12.  The next
+# read gets the new events.  k/c/1 and g/11 have the same alignment_ts and
+# lag 0, so their stabilized_ts tie and arrival decides: k/c/1 first,
+# although g is the older stream.  A consumer subscribed with start 'now'
+# gets only the new events of g.
+$node->safe_psql('postgres', q{
+	SELECT ordered_events.create_consumer('upnow');
+	SELECT ordered_events.subscribe('upnow', 'g', start => 'now');
+	SET ROLE producer;
+	SELECT ordered_events.ingest('k', 1, 'c', NULL, '2026-02-01 00:00:00', '2026-02-01 00:00:00');
+	SELECT ordered_events.ingest('g', 11, 'k', NULL, '2026-02-01 00:00:00', '2026-02-01 00:00:00');
+	SELECT ordered_events.ingest('g', 12, 'k', NULL, '2026-02-01 00:00:01', '2026-02-01 00:00:01');
+	SELECT ordered_events.ingest('k', 4, 'a', NULL, '2026-01-31 23:59:59', '2026-01-31 23:59:59');
+	RESET ROLE;
+});
+is($node->safe_psql('postgres', q{
+	SELECT string_agg(format('%s/%s/%s', d.stream, e.key, e.seq), ' ' ORDER BY e.arrival)
+	  FROM ordered_events.event e JOIN ordered_events.stream_def d USING (stream_id)
+	 WHERE e.arrival <= 12;
+	SELECT string_agg(format('%s/%s/%s', stream, key, seq), ' ' ORDER BY arrival)
+	  FROM (SELECT d.stream, e.key, e.seq, e.arrival
+	          FROM ordered_events.event e JOIN ordered_events.stream_def d USING (stream_id)
+	         ORDER BY e.arrival DESC LIMIT 4) t;
+	SELECT count(*) FROM ordered_events.event WHERE arrival > 12}),
+	"g/k1/1 g/k0/2 g/k1/3 g/k1/5 g/k0/6 g/k1/9 f/x/1 f/y/2 k/a/1 k/a/3 k/b/1 k/b/2\n"
+	  . "k/c/1 g/k/11 g/k/12 k/a/4\n8",
+	'the arrival order: 0.1\'s events first, in received_at order; then every event accepted after the update, in order');
+is($node->safe_psql('postgres', q{
+	SELECT ordered_events.release();
+	SELECT string_agg(format('%s/%s/%s/%s', stream, key, seq,
+	                         extract(epoch FROM stabilized_ts - '2026-02-01 00:00:00')), ' ' ORDER BY n)
+	  FROM ordered_events.read('up') WITH ORDINALITY
+	       AS r(stream, seq, key, payload, event_ts, alignment_ts, stabilized_ts, n);
+	SELECT string_agg(format('%s/%s/%s', stream, key, seq), ' ' ORDER BY n)
+	  FROM ordered_events.read('upnow') WITH ORDINALITY
+	       AS r(stream, seq, key, payload, event_ts, alignment_ts, stabilized_ts, n);
+	SELECT string_agg(format('%s/%s/%s', stream, consumed_count, unread_count), ' ' ORDER BY consumer, stream)
+	  FROM ordered_events.consumers WHERE consumer IN ('up', 'upnow')}),
+	"4\nk/a/4/-1.000000 k/c/1/0.000000 g/k/11/0.000000 g/k/12/1.000000\ng/k/11 g/k/12\n"
+	  . "f/2/0 g/11/0 k/7/0 g/2/0",
+	'the next read gets the events ingested after the update, ties broken by arrival; start \'now\' gets only those');
+
 done_testing();
