@@ -712,6 +712,7 @@ COMMENT ON TABLE ordered_events.subscription IS
     'Internal: the delay and position of a consumer in a stream, per partition';
 
 -- The position and taken_* as committed reads left them (see subscription).
+-- The view consumers calls it as its reader: it stays executable by PUBLIC.
 CREATE FUNCTION ordered_events.committed_position(s ordered_events.subscription)
 RETURNS TABLE (read_delivery bigint, read_seq bigint, taken_count bigint, taken_lag numeric)
 LANGUAGE sql STABLE
@@ -1007,7 +1008,6 @@ REVOKE EXECUTE ON FUNCTION
     ordered_events.read(text, integer, integer),
     ordered_events.peek(text, integer, integer),
     ordered_events.count_released(integer, integer),
-    ordered_events.committed_position(ordered_events.subscription),
     ordered_events.forget_unused_totals(integer),
     ordered_events.lock_streams(integer[])
 FROM PUBLIC;
