@@ -378,6 +378,8 @@ oe_walk_lane(OeLane *lane, int64 limit, Snapshot snapshot)
 				lane->more = true;
 				break;
 			}
+			/* What this step reads of the row, deformed at once. */
+			slot_getsomeattrs(ls.slot, Anum_oe_event_alignment_ts);
 			ts = DatumGetTimestampTz(slot_getattr(ls.slot, Anum_oe_event_event_ts, &isnull));
 			if (!lane->max_event_ts_valid || ts > lane->max_event_ts)
 			{
