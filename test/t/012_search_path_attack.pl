@@ -84,6 +84,25 @@ $node->safe_psql('postgres', q{
 		$$ BEGIN PERFORM public.pwn('format(text, integer)'); RETURN pg_catalog.format($1, $2); END $$;
 	CREATE FUNCTION public.to_regclass(text) RETURNS regclass LANGUAGE plpgsql AS
 		$$ BEGIN PERFORM public.pwn('to_regclass(text)'); RETURN pg_catalog.to_regclass($1); END $$;
+
+	-- what the consumers' queries use
+	CREATE FUNCTION public.gt(bigint, bigint) RETURNS boolean LANGUAGE plpgsql AS
+		$$ BEGIN PERFORM public.pwn('>(bigint, bigint)'); RETURN pg_catalog.int8gt($1, $2); END $$;
+	CREATE OPERATOR public.> (FUNCTION = public.gt, LEFTARG = bigint, RIGHTARG = bigint);
+	CREATE FUNCTION public.times(numeric, integer) RETURNS numeric LANGUAGE plpgsql AS
+		$$ BEGIN PERFORM public.pwn('*(numeric, integer)'); RETURN $1 OPERATOR(pg_catalog.*) $2::numeric; END $$;
+	CREATE OPERATOR public.* (FUNCTION = public.times, LEFTARG = numeric, RIGHTARG = integer);
+	CREATE FUNCTION public.xeq(xid8, xid8) RETURNS boolean LANGUAGE plpgsql AS
+		$$ BEGIN PERFORM public.pwn('=(xid8, xid8)'); RETURN pg_catalog.xid8eq($1, $2); END $$;
+	CREATE OPERATOR public.= (FUNCTION = public.xeq, LEFTARG = xid8, RIGHTARG = xid8);
+	CREATE FUNCTION public.round(numeric) RETURNS numeric LANGUAGE plpgsql AS
+		$$ BEGIN PERFORM public.pwn('round(numeric)'); RETURN pg_catalog.round($1); END $$;
+	CREATE FUNCTION public.extract(text, interval) RETURNS numeric LANGUAGE plpgsql AS
+		$$ BEGIN PERFORM public.pwn('extract(text, interval)'); RETURN pg_catalog.extract($1, $2); END $$;
+	CREATE FUNCTION public.unnest(bigint[]) RETURNS SETOF bigint LANGUAGE plpgsql AS
+		$$ BEGIN PERFORM public.pwn('unnest(bigint[])'); RETURN QUERY SELECT pg_catalog.unnest($1); END $$;
+	CREATE FUNCTION public.pg_current_xact_id_if_assigned() RETURNS xid8 LANGUAGE plpgsql AS
+		$$ BEGIN PERFORM public.pwn('pg_current_xact_id_if_assigned()'); RETURN pg_catalog.pg_current_xact_id_if_assigned(); END $$;
 });
 
 # The trap works: a query that uses these operators from public runs them.
@@ -131,6 +150,21 @@ $node->safe_psql('postgres', q{
 	SELECT * FROM ordered_events.key_status;
 	SELECT * FROM ordered_events.released;
 	SELECT * FROM ordered_events.pending;
+	SELECT ordered_events.create_consumer('c', partitions => 2);
+	SELECT ordered_events.subscribe('c', 'g', delay => '1 s');
+	SELECT ordered_events.subscribe('c', 'k');
+	SELECT ordered_events.subscribe('c', 'k', delay => '2 s');
+	SELECT * FROM ordered_events.peek('c', 10, 1);
+	BEGIN;
+	SELECT * FROM ordered_events.read('c', 2, 0);
+	SELECT * FROM ordered_events.read('c', 10, 0);
+	SELECT * FROM ordered_events.consumers;
+	COMMIT;
+	SELECT * FROM ordered_events.read('c', 10, 1);
+	SELECT * FROM ordered_events.consumers;
+	SELECT ordered_events.key_partition('a', 3);
+	SELECT ordered_events.unsubscribe('c', 'g');
+	SELECT ordered_events.drop_consumer('c');
 });
 
 # The late event commits; the worker settles it (moves it to unprocessed).
