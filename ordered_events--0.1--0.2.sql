@@ -23,7 +23,7 @@ COMMENT ON TYPE ordered_events.gap_policy IS
  * global stream's row, and neither does last_event.  An event is released
  * exactly when its seq is below its lane's range_end (see progress).
  */
-CREATE TABLE ordered_events.event (
+CREATE TABLE ordered_events.event_store (
     stream_id integer NOT NULL,
     lane text COLLATE "C" NOT NULL,
     last_event boolean NOT NULL,
@@ -34,10 +34,10 @@ CREATE TABLE ordered_events.event (
     arrival bigint NOT NULL,        -- arrival order: see arrival_seq
     key text COLLATE "C" NOT NULL,
     payload jsonb,
-    CONSTRAINT event_pkey PRIMARY KEY (stream_id, lane, seq)
+    CONSTRAINT event_store_pkey PRIMARY KEY (stream_id, lane, seq)
 );
-CREATE INDEX event_last_event_idx ON ordered_events.event (stream_id, lane) WHERE last_event;
-COMMENT ON TABLE ordered_events.event IS
+CREATE INDEX event_store_last_event_idx ON ordered_events.event_store (stream_id, lane) WHERE last_event;
+COMMENT ON TABLE ordered_events.event_store IS
     'Internal: every accepted event, pending or released, by stream, lane and seq';
 
 /*
@@ -50,7 +50,7 @@ COMMENT ON SEQUENCE ordered_events.arrival_seq IS
     'Internal: the arrival order of accepted events';
 
 -- 0.1 kept no arrival order: its events arrived in received_at order.
-INSERT INTO ordered_events.event
+INSERT INTO ordered_events.event_store
     (stream_id, lane, last_event, seq, event_ts, alignment_ts, received_at, arrival, key, payload)
 SELECT a.stream_id, a.lane, a.last_event, a.seq, a.event_ts, a.alignment_ts, a.received_at,
        pg_catalog.row_number() OVER (ORDER BY a.received_at, a.stream_id, a.lane, a.seq),
@@ -63,7 +63,7 @@ SELECT a.stream_id, a.lane, a.last_event, a.seq, a.event_ts, a.alignment_ts, a.r
                e.received_at, e.key, e.payload
           FROM ordered_events.key_events e) a;
 SELECT pg_catalog.setval('ordered_events.arrival_seq',
-                         coalesce((SELECT pg_catalog.max(e.arrival) FROM ordered_events.event e), 0)
+                         coalesce((SELECT pg_catalog.max(e.arrival) FROM ordered_events.event_store e), 0)
                          / 1024 + 1, false);
 
 /*
@@ -157,7 +157,7 @@ UPDATE ordered_events.stream_def
    SET sequencing_enum = sequencing::ordered_events.sequencing,
        gap_policy_enum = gap_policy::ordered_events.gap_policy;
 
-SELECT pg_catalog.pg_extension_config_dump('ordered_events.event', '');
+SELECT pg_catalog.pg_extension_config_dump('ordered_events.event_store', '');
 SELECT pg_catalog.pg_extension_config_dump('ordered_events.progress', '');
 SELECT pg_catalog.pg_extension_config_dump('ordered_events.lane_release_log', '');
 
@@ -182,13 +182,13 @@ SELECT a.stream, a.stream_id, a.lane,
   FROM (SELECT d.stream, d.stream_id, d.initial_sequence, e.lane, e.seq, e.key, e.payload,
                e.event_ts, e.alignment_ts, e.received_at, e.last_event
           FROM ordered_events.stream_def d
-          JOIN ordered_events.event e ON e.stream_id = d.stream_id AND e.lane = ''
+          JOIN ordered_events.event_store e ON e.stream_id = d.stream_id AND e.lane = ''
          WHERE d.sequencing_enum = 'global'
         UNION ALL
         SELECT d.stream, d.stream_id, d.initial_sequence, e.lane, e.seq, e.lane, e.payload,
                e.event_ts, e.alignment_ts, e.received_at, e.last_event
           FROM ordered_events.stream_def d
-          JOIN ordered_events.event e ON e.stream_id = d.stream_id
+          JOIN ordered_events.event_store e ON e.stream_id = d.stream_id
          WHERE d.sequencing_enum = 'per_key') a
   LEFT JOIN ordered_events.progress p ON p.stream_id = a.stream_id AND p.lane = a.lane;
 
@@ -240,9 +240,9 @@ SELECT d.stream,
  CROSS JOIN LATERAL (
         -- a global stream's highest seq is the end of its one lane
         SELECT CASE WHEN d.sequencing_enum = 'global'
-                    THEN (SELECT max(e.seq) FROM ordered_events.event e
+                    THEN (SELECT max(e.seq) FROM ordered_events.event_store e
                            WHERE e.stream_id = d.stream_id AND e.lane = '')
-                    ELSE (SELECT max(e.seq) FROM ordered_events.event e
+                    ELSE (SELECT max(e.seq) FROM ordered_events.event_store e
                            WHERE e.stream_id = d.stream_id)
                END AS max_seen_seq) mx
  CROSS JOIN LATERAL (
@@ -431,12 +431,12 @@ BEGIN
      * can add an event to the stream after its rows are gone; then for a
      * release step in progress (it holds the stream_def row).
      */
-    LOCK TABLE ordered_events.event IN SHARE ROW EXCLUSIVE MODE;
+    LOCK TABLE ordered_events.event_store IN SHARE ROW EXCLUSIVE MODE;
     d := ordered_events.stream_or_error(stream, true);
     IF d.gap_policy = 'fence' THEN
         EXECUTE format('DROP SEQUENCE ordered_events.%I', format('fence_seq_%s', d.stream_id));
     END IF;
-    DELETE FROM ordered_events.event e WHERE e.stream_id = d.stream_id;
+    DELETE FROM ordered_events.event_store e WHERE e.stream_id = d.stream_id;
     DELETE FROM ordered_events.lane_release_log l WHERE l.stream_id = d.stream_id;
     DELETE FROM ordered_events.key_arrivals a WHERE a.stream_id = d.stream_id;
     DELETE FROM ordered_events.unprocessed u WHERE u.stream = d.stream;
@@ -471,7 +471,7 @@ SELECT d.stream
                 OR d.gap_policy = 'fence'
                 OR p.gap_first_seen + d.gap_timeout <= pg_catalog.clock_timestamp() AS needed,
                 e.received_at AS since
-           FROM ordered_events.event e
+           FROM ordered_events.event_store e
           WHERE d.sequencing = 'global'
             AND e.stream_id = d.stream_id AND e.lane = '' AND e.seq >= p.range_end
           ORDER BY e.seq LIMIT 1)
@@ -577,7 +577,7 @@ BEGIN
          WHERE a.datid = here AND a.pid <> pg_catalog.pg_backend_pid()
            AND a.pid IN (SELECT l.pid FROM pg_catalog.pg_locks l
                           WHERE l.granted AND l.mode = 'RowExclusiveLock' AND l.database = here
-                            AND l.relation = 'ordered_events.event'::pg_catalog.regclass)
+                            AND l.relation = 'ordered_events.event_store'::pg_catalog.regclass)
          ORDER BY a.xact_start, a.pid;
     END IF;
 END;
@@ -977,7 +977,7 @@ SELECT c.consumer, s.partition, d.stream, s.delay,
               FROM ordered_events.lane_release_log l
              WHERE l.stream_id = s.stream_id AND l.delivery >= p.read_delivery
                AND EXISTS (
-                   SELECT FROM ordered_events.event e
+                   SELECT FROM ordered_events.event_store e
                     WHERE e.stream_id = l.stream_id AND e.lane = l.lane
                       AND e.seq >= l.seq_start AND e.seq < l.seq_end
                       -- after the position (a bound the primary key takes)

@@ -12,10 +12,10 @@ SELECT ordered_events.create_stream('bench_single_pk', sequencing => 'per_key');
 CREATE SCHEMA bare;
 CREATE SEQUENCE bare.s_ours;
 CREATE SEQUENCE bare.s_bare;
--- Same columns and indexes as ordered_events.event; the defaults do what
+-- Same columns and indexes as ordered_events.event_store; the defaults do what
 -- ingest() does for a global stream's event with no event_ts and
 -- alignment_ts.
-CREATE TABLE bare.events (LIKE ordered_events.event INCLUDING ALL);
+CREATE TABLE bare.events (LIKE ordered_events.event_store INCLUDING ALL);
 ALTER TABLE bare.events
     ALTER lane SET DEFAULT '', ALTER last_event SET DEFAULT false,
     ALTER event_ts SET DEFAULT now(), ALTER alignment_ts SET DEFAULT clock_timestamp(),

@@ -97,7 +97,7 @@ INSERT INTO ordered_events.inbox (stream, seq, key) SELECT 'rel8_many', 1, 'k' |
 SELECT ordered_events.release('rel8_few');
 SELECT ordered_events.release('rel8_many');
 -- idle: their arrivals were taken long ago, and vacuum has been by
-VACUUM ANALYZE ordered_events.key_arrivals, ordered_events.progress, ordered_events.event;
+VACUUM ANALYZE ordered_events.key_arrivals, ordered_events.progress, ordered_events.event_store;
 CHECKPOINT;
 SQL
 compare_blocks "8 per-key: one key's gap, $IDLE_KEYS idle keys vs 10" rel8_many rel8_few "'hot'"

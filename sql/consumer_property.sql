@@ -275,7 +275,7 @@ WITH e AS (
     SELECT d.stream, e.key, e.seq, e.event_ts, e.alignment_ts, e.arrival,
            (extract(epoch FROM e.event_ts) - extract(epoch FROM e.alignment_ts)) * 1000000 AS lag_us,
            st.sequencing = 'per_key' AS per_key, ra.step
-      FROM ordered_events.event e
+      FROM ordered_events.event_store e
       JOIN ordered_events.stream_def d ON d.stream_id = e.stream_id
       JOIN ordered_events.streams st ON st.stream = d.stream
       JOIN rel_at ra ON ra.stream = d.stream AND ra.key = e.key AND ra.seq = e.seq

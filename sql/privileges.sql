@@ -40,7 +40,7 @@ SELECT ordered_events.skip_gap('priv_o', 5, 'no');
 -- ... nor read or write the tables: no forged dead letter, no forged event
 INSERT INTO ordered_events.unprocessed (stream, seq, key, reason)
 VALUES ('priv_o', 7, 'k', 'duplicate');
-INSERT INTO ordered_events.event (stream_id, lane, last_event, seq, event_ts, alignment_ts, received_at, key)
+INSERT INTO ordered_events.event_store (stream_id, lane, last_event, seq, event_ts, alignment_ts, received_at, key)
 VALUES (1, '', false, 7, now(), now(), now(), 'k');
 SELECT count(*) FROM ordered_events.stream_def;
 RESET ROLE;
@@ -63,7 +63,7 @@ SELECT stream, range_end, pending_count, released_count, unprocessed_count
   FROM ordered_events.stream_stats WHERE stream LIKE 'priv_%' ORDER BY stream;
 SELECT count(*) FROM ordered_events.blockers('priv_o');
 SELECT ordered_events.ingest('priv_o', 9, 'k');
-SELECT count(*) FROM ordered_events.event;
+SELECT count(*) FROM ordered_events.event_store;
 SELECT count(*) FROM ordered_events.worker_status;
 RESET ROLE;
 

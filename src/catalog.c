@@ -120,7 +120,7 @@ error_not_installed(void)
 /*
  * The OID of one of our relations.  A missing one means the installed SQL
  * objects are of another version than this library (0.1 had no table
- * "event"): say so, rather than fail on a table of the wrong shape.
+ * "event_store"): say so, rather than fail on a table of the wrong shape.
  */
 static Oid
 relation_oid(Oid schema, const char *name)
@@ -183,9 +183,9 @@ read_relations(OeRelations *rels, Oid *outcomes)
 	if (!OidIsValid(rels->extension) || !OidIsValid(schema))
 		error_not_installed();
 
-	rels->event = relation_oid(schema, "event");
-	rels->event_pkey = relation_oid(schema, "event_pkey");
-	rels->event_last_event_idx = relation_oid(schema, "event_last_event_idx");
+	rels->event = relation_oid(schema, "event_store");
+	rels->event_pkey = relation_oid(schema, "event_store_pkey");
+	rels->event_last_event_idx = relation_oid(schema, "event_store_last_event_idx");
 	rels->key_arrivals = relation_oid(schema, "key_arrivals");
 	rels->unprocessed = relation_oid(schema, "unprocessed");
 	rels->stream_def = relation_oid(schema, "stream_def");

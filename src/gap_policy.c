@@ -62,7 +62,7 @@ static OePlan plans[] = {
 		1, {INT4OID}
 	},
 	[PLAN_TAKE_LATE] = {
-		"DELETE FROM ordered_events.event "
+		"DELETE FROM ordered_events.event_store "
 		"WHERE stream_id = $1 AND lane = $2 AND seq BETWEEN $3 AND $4 "
 		"RETURNING seq, key, payload, event_ts, received_at",
 		4, {INT4OID, TEXTOID, INT8OID, INT8OID}

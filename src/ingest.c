@@ -5,7 +5,7 @@
  *	  trigger for INSERT ... SELECT, multi-row VALUES and COPY.
  *
  * Both paths go through ingest_event(), which classifies the event and
- * inserts it into ordered_events.event, in its lane (plus a row of
+ * inserts it into ordered_events.event_store, in its lane (plus a row of
  * key_arrivals for a per-key stream), when it is accepted, directly (see
  * table_insert.c); into ordered_events.unprocessed otherwise (dead_letter.c).
  * A duplicate is detected by the primary key with the protocol of ON

@@ -5,7 +5,7 @@
  *	  its events that releasing, skip_gap() and gaps() share.
  *
  * A global stream has one lane, '' ; a per-key stream one per key, named
- * by the key.  Its events are the rows of ordered_events.event with that
+ * by the key.  Its events are the rows of ordered_events.event_store with that
  * (stream_id, lane), in the order of the primary key (stream_id, lane,
  * seq); its progress is a row of ordered_events.progress (a lane without
  * one starts at the stream's initial_sequence).  An event is released

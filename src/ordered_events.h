@@ -28,7 +28,7 @@
 #define OE_SCHEMA			"ordered_events"
 #define OE_MAX_KEY_BYTES	1024
 
-/* Column numbers of ordered_events.event; catalog.c checks them at load. */
+/* Column numbers of ordered_events.event_store; catalog.c checks them at load. */
 #define Anum_oe_event_stream_id		1
 #define Anum_oe_event_lane			2
 #define Anum_oe_event_last_event	3

@@ -69,7 +69,7 @@ static OePlan plans[] = {
 		2, {INT4OID, TEXTOID}
 	},
 	[PLAN_TAKE_AFTER_LAST] = {
-		"DELETE FROM ordered_events.event "
+		"DELETE FROM ordered_events.event_store "
 		"WHERE stream_id = $1 AND lane = $2 AND seq >= $3 "
 		"RETURNING seq, key, payload, event_ts, received_at",
 		3, {INT4OID, TEXTOID, INT8OID}

@@ -69,7 +69,7 @@ SELECT functions_are('ordered_events', ARRAY[
 SELECT tables_are('ordered_events', ARRAY[
     'unprocessed',
     -- internal
-    'stream_def', 'event', 'progress', 'lane_release_log', 'gap_skips', 'key_arrivals',
+    'stream_def', 'event_store', 'progress', 'lane_release_log', 'gap_skips', 'key_arrivals',
     'release_totals', 'consumer_def', 'subscription'],
     'schema ordered_events has exactly the tables of 0.2');
 SELECT views_are('ordered_events', ARRAY[

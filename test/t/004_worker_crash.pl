@@ -139,7 +139,7 @@ ok($node->poll_query_until('postgres',
 is( $node->safe_psql('postgres', q{
 	SELECT min(e.arrival) FILTER (WHERE e.seq > 20000)
 	       > max(e.arrival) FILTER (WHERE e.seq <= 20000)
-	  FROM ordered_events.event e
+	  FROM ordered_events.event_store e
 	  JOIN ordered_events.stream_def d USING (stream_id)
 	 WHERE d.stream = 'c'}),
 	't', 'c: events accepted after the crash arrive after those before it');

@@ -91,7 +91,7 @@ $node->safe_psql('postgres', q{
 is($producer->query_safe(q{
 	SELECT ordered_events.ingest('s', 4, 'k'), ordered_events.ingest('pk', 3, 'a')}),
 	'accepted|accepted', 'the producer has cached the indexes');
-$node->safe_psql('postgres', 'REINDEX TABLE CONCURRENTLY ordered_events.event');
+$node->safe_psql('postgres', 'REINDEX TABLE CONCURRENTLY ordered_events.event_store');
 $node->safe_psql('postgres', 'REINDEX TABLE CONCURRENTLY ordered_events.progress');
 is($producer->query_safe(q{
 	SELECT ordered_events.ingest('s', 3, 'k'), ordered_events.ingest('pk', 2, 'a'),

@@ -243,13 +243,13 @@ $node->safe_psql('postgres', q{
 });
 is($node->safe_psql('postgres', q{
 	SELECT string_agg(format('%s/%s/%s', d.stream, e.key, e.seq), ' ' ORDER BY e.arrival)
-	  FROM ordered_events.event e JOIN ordered_events.stream_def d USING (stream_id)
+	  FROM ordered_events.event_store e JOIN ordered_events.stream_def d USING (stream_id)
 	 WHERE e.arrival <= 12;
 	SELECT string_agg(format('%s/%s/%s', stream, key, seq), ' ' ORDER BY arrival)
 	  FROM (SELECT d.stream, e.key, e.seq, e.arrival
-	          FROM ordered_events.event e JOIN ordered_events.stream_def d USING (stream_id)
+	          FROM ordered_events.event_store e JOIN ordered_events.stream_def d USING (stream_id)
 	         ORDER BY e.arrival DESC LIMIT 4) t;
-	SELECT count(*) FROM ordered_events.event WHERE arrival > 12}),
+	SELECT count(*) FROM ordered_events.event_store WHERE arrival > 12}),
 	"g/k1/1 g/k0/2 g/k1/3 g/k1/5 g/k0/6 g/k1/9 f/x/1 f/y/2 k/a/1 k/a/3 k/b/1 k/b/2\n"
 	  . "k/c/1 g/k/11 g/k/12 k/a/4\n8",
 	'the arrival order: 0.1\'s events first, in received_at order; then every event accepted after the update, in order');
