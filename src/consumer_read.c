@@ -33,6 +33,7 @@
  */
 #include "ordered_events.h"
 
+#include "access/detoast.h"
 #include "access/genam.h"
 #include "access/stratnum.h"
 #include "access/table.h"
@@ -41,6 +42,7 @@
 #include "funcapi.h"
 #include "lib/binaryheap.h"
 #include "miscadmin.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/memutils.h"
@@ -86,7 +88,11 @@ static OePlan plans[] = {
 		"JOIN ordered_events.stream_def d ON d.stream_id = s.stream_id "
 		"LEFT JOIN ordered_events.release_totals t ON t.stream_id = s.stream_id "
 		"  AND t.partitions = $3 AND t.partition = s.partition "
-		"CROSS JOIN LATERAL ordered_events.committed_position(s) b "
+		"CROSS JOIN LATERAL (SELECT "
+		"    CASE WHEN s.read_xid = pg_catalog.pg_current_xact_id_if_assigned() "
+		"      THEN s.base_count ELSE s.taken_count END AS taken_count, "
+		"    CASE WHEN s.read_xid = pg_catalog.pg_current_xact_id_if_assigned() "
+		"      THEN s.base_lag ELSE s.taken_lag END AS taken_lag) b "
 		"WHERE s.consumer_id = $1 AND s.partition = $2 "
 		"ORDER BY s.stream_id",
 		3, {INT4OID, INT4OID, INT4OID}
@@ -99,18 +105,31 @@ static OePlan plans[] = {
 		1, {INT4OID}
 	},
 
-	/* What committed reads left stays in base_* for this transaction. */
+	/*
+	 * Each stream's new position ($3..$7 hold one element per stream the
+	 * read took from); what committed reads left stays in base_* for this
+	 * transaction.
+	 */
 	[PLAN_ADVANCE] = {
 		"UPDATE ordered_events.subscription s SET "
-		"  (base_delivery, base_seq, base_count, base_lag) = "
-		"    (SELECT * FROM ordered_events.committed_position(s)), "
+		"  base_delivery = CASE WHEN s.read_xid = pg_catalog.pg_current_xact_id() "
+		"    THEN s.base_delivery ELSE s.read_delivery END, "
+		"  base_seq = CASE WHEN s.read_xid = pg_catalog.pg_current_xact_id() "
+		"    THEN s.base_seq ELSE s.read_seq END, "
+		"  base_count = CASE WHEN s.read_xid = pg_catalog.pg_current_xact_id() "
+		"    THEN s.base_count ELSE s.taken_count END, "
+		"  base_lag = CASE WHEN s.read_xid = pg_catalog.pg_current_xact_id() "
+		"    THEN s.base_lag ELSE s.taken_lag END, "
 		"  read_xid = pg_catalog.pg_current_xact_id(), "
-		"  read_delivery = $4, read_seq = $5, "
-		"  taken_count = s.taken_count + $6, taken_lag = s.taken_lag + $7::numeric, "
-		"  consumed_count = s.consumed_count + $6, "
+		"  read_delivery = a.read_delivery, read_seq = a.read_seq, "
+		"  taken_count = s.taken_count + a.taken, taken_lag = s.taken_lag + a.lag, "
+		"  consumed_count = s.consumed_count + a.taken, "
 		"  last_read_at = pg_catalog.clock_timestamp() "
-		"WHERE s.consumer_id = $1 AND s.partition = $2 AND s.stream_id = $3",
-		7, {INT4OID, INT4OID, INT4OID, INT8OID, INT8OID, INT8OID, TEXTOID}
+		"FROM ROWS FROM (pg_catalog.unnest($3::integer[]), pg_catalog.unnest($4::bigint[]), "
+		"  pg_catalog.unnest($5::bigint[]), pg_catalog.unnest($6::bigint[]), "
+		"  pg_catalog.unnest($7::numeric[])) AS a(stream_id, read_delivery, read_seq, taken, lag) "
+		"WHERE s.consumer_id = $1 AND s.partition = $2 AND s.stream_id = a.stream_id",
+		7, {INT4OID, INT4OID, INT4ARRAYOID, INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID, TEXTARRAYOID}
 	},
 };
 
@@ -383,17 +402,24 @@ next_event(Reader *r, ReadContext *cx)
 			if (r->unsettled != NIL && in_unsettled_run(r, r->run_lane, seq))
 				continue;		/* committed late into a skipped run */
 
+			/*
+			 * The head's values stay in the slot, which keeps its row until
+			 * the reader moves on, after the head is taken.  A payload stored
+			 * out of line is fetched now.
+			 */
 			MemoryContextReset(r->head_cxt);
 			r->seq = seq;
-			r->key = copy_text(r->head_cxt, key);
+			r->key = key;
 			payload = slot_getattr(slot, Anum_oe_event_payload, &r->payload_null);
-			if (!r->payload_null)
+			if (!r->payload_null && VARATT_IS_EXTERNAL_ONDISK(DatumGetPointer(payload)))
 			{
 				MemoryContext old = MemoryContextSwitchTo(r->head_cxt);
 
-				r->payload = PointerGetDatum(PG_DETOAST_DATUM_COPY(payload));
+				payload = PointerGetDatum(detoast_external_attr((struct varlena *)
+																DatumGetPointer(payload)));
 				MemoryContextSwitchTo(old);
 			}
+			r->payload = payload;
 			r->event_ts = DatumGetTimestampTz(slot_getattr(slot, Anum_oe_event_event_ts,
 														   &isnull));
 			r->alignment_ts = DatumGetTimestampTz(slot_getattr(slot,
@@ -471,24 +497,42 @@ load_readers(ReadContext *cx)
 static void
 advance_positions(ReadContext *cx, List *readers)
 {
+	int			n = list_length(readers);
+	Datum	   *streams = palloc(sizeof(Datum) * n);
+	Datum	   *deliveries = palloc(sizeof(Datum) * n);
+	Datum	   *seqs = palloc(sizeof(Datum) * n);
+	Datum	   *taken = palloc(sizeof(Datum) * n);
+	Datum	   *lags = palloc(sizeof(Datum) * n);
+	Datum		values[7];
+	int			i = 0;
 	ListCell   *lc;
 
 	foreach(lc, readers)
 	{
 		Reader	   *r = lfirst(lc);
-		Datum		values[7];
 
 		if (r->taken == 0)
 			continue;
-		values[0] = Int32GetDatum(cx->consumer_id);
-		values[1] = Int32GetDatum(cx->partition);
-		values[2] = Int32GetDatum(r->stream_id);
-		values[3] = Int64GetDatum(r->read_delivery);
-		values[4] = Int64GetDatum(r->read_seq);
-		values[5] = Int64GetDatum(r->taken);
-		values[6] = CStringGetTextDatum(oe_int128_out(r->taken_lag));
-		oe_run_plan(&plans[PLAN_ADVANCE], values, NULL, SPI_OK_UPDATE);
+		streams[i] = Int32GetDatum(r->stream_id);
+		deliveries[i] = Int64GetDatum(r->read_delivery);
+		seqs[i] = Int64GetDatum(r->read_seq);
+		taken[i] = Int64GetDatum(r->taken);
+		lags[i] = CStringGetTextDatum(oe_int128_out(r->taken_lag));
+		i++;
 	}
+	if (i == 0)
+		return;
+	values[0] = Int32GetDatum(cx->consumer_id);
+	values[1] = Int32GetDatum(cx->partition);
+	values[2] = PointerGetDatum(construct_array(streams, i, INT4OID, 4, true, TYPALIGN_INT));
+	values[3] = PointerGetDatum(construct_array(deliveries, i, INT8OID, 8, FLOAT8PASSBYVAL,
+												TYPALIGN_DOUBLE));
+	values[4] = PointerGetDatum(construct_array(seqs, i, INT8OID, 8, FLOAT8PASSBYVAL,
+												TYPALIGN_DOUBLE));
+	values[5] = PointerGetDatum(construct_array(taken, i, INT8OID, 8, FLOAT8PASSBYVAL,
+												TYPALIGN_DOUBLE));
+	values[6] = PointerGetDatum(construct_array(lags, i, TEXTOID, -1, false, TYPALIGN_INT));
+	oe_run_plan(&plans[PLAN_ADVANCE], values, NULL, SPI_OK_UPDATE);
 }
 
 /* Merge the readers' streams into the result, at most max_events rows. */
