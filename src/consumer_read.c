@@ -165,8 +165,7 @@ typedef struct Reader
 	bool		in_run;			/* a log row's events are being scanned */
 	int64		run_delivery;
 	int64		run_end;
-	text	   *run_lane;
-	MemoryContext run_cxt;		/* holds run_lane */
+	text	   *run_lane;		/* in log_slot, which keeps its row meanwhile */
 	ScanKeyData event_keys[3];
 
 	/* the next event in delivery order */
@@ -203,16 +202,6 @@ check_not_null(FunctionCallInfo fcinfo, int argno, const char *name)
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("%s must not be null", name),
 				 errhint("Pass a value, or leave out an argument that has a default.")));
-}
-
-/* A copy of a text datum, in "cxt". */
-static text *
-copy_text(MemoryContext cxt, text *value)
-{
-	text	   *copy = MemoryContextAlloc(cxt, VARSIZE_ANY(value));
-
-	memcpy(copy, value, VARSIZE_ANY(value));
-	return copy;
 }
 
 /* The partition of a key hash among "partitions". */
@@ -303,8 +292,6 @@ begin_reader(Reader *r, ReadContext *cx)
 {
 	ScanKeyData keys[2];
 
-	r->run_cxt = AllocSetContextCreate(CurrentMemoryContext, "ordered_events read run",
-									   ALLOCSET_SMALL_SIZES);
 	r->head_cxt = AllocSetContextCreate(CurrentMemoryContext, "ordered_events read event",
 										ALLOCSET_SMALL_SIZES);
 
@@ -357,8 +344,7 @@ next_run(Reader *r, ReadContext *cx)
 			partition_of(oe_key_hash(lane), cx->partitions) != cx->partition)
 			continue;			/* a key of another partition */
 
-		MemoryContextReset(r->run_cxt);
-		r->run_lane = copy_text(r->run_cxt, lane);
+		r->run_lane = lane;
 		r->run_delivery = delivery;
 		r->run_end = DatumGetInt64(slot_getattr(r->log_slot, Anum_oe_log_seq_end, &isnull));
 		ScanKeyInit(&r->event_keys[0], 1, BTEqualStrategyNumber, F_INT4EQ,
