@@ -14,12 +14,13 @@ CREATE SEQUENCE bare.s_ours;
 CREATE SEQUENCE bare.s_bare;
 -- Same columns and indexes as ordered_events.event_store; the defaults do what
 -- ingest() does for a global stream's event with no event_ts and
--- alignment_ts.
+-- alignment_ts, except the arrival number: a constant, so that ours pays
+-- for recording the arrival order and the baseline does not.
 CREATE TABLE bare.events (LIKE ordered_events.event_store INCLUDING ALL);
 ALTER TABLE bare.events
     ALTER lane SET DEFAULT '', ALTER last_event SET DEFAULT false,
     ALTER event_ts SET DEFAULT now(), ALTER alignment_ts SET DEFAULT clock_timestamp(),
-    ALTER received_at SET DEFAULT now();
+    ALTER received_at SET DEFAULT now(), ALTER arrival SET DEFAULT 0;
 CREATE TABLE bare.key_events (LIKE bare.events INCLUDING ALL);
 SQL
 
