@@ -711,20 +711,33 @@ CREATE INDEX subscription_stream_idx ON ordered_events.subscription (stream_id);
 COMMENT ON TABLE ordered_events.subscription IS
     'Internal: the delay and position of a consumer in a stream, per partition';
 
+/*
+ * Whether this transaction read the subscription row: its read_xid is this
+ * transaction and this transaction wrote the row's version (xmin, a
+ * subtransaction's too).  The second half keeps a read_xid from another
+ * cluster (a restored dump) from ever being taken for this transaction's.
+ */
+CREATE FUNCTION ordered_events.read_here(read_xid xid8, row_xmin xid)
+RETURNS boolean
+LANGUAGE c VOLATILE STRICT
+AS 'MODULE_PATHNAME', 'oe_read_here';
+COMMENT ON FUNCTION ordered_events.read_here(xid8, xid) IS
+    'Internal: whether the current transaction read a subscription row';
+
 -- The position and taken_* as committed reads left them (see subscription).
 -- The view consumers calls it as its reader: it stays executable by PUBLIC.
-CREATE FUNCTION ordered_events.committed_position(s ordered_events.subscription)
+CREATE FUNCTION ordered_events.committed_position(s ordered_events.subscription, row_xmin xid)
 RETURNS TABLE (read_delivery bigint, read_seq bigint, taken_count bigint, taken_lag numeric)
-LANGUAGE sql STABLE
+LANGUAGE sql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 SELECT CASE WHEN mine THEN s.base_delivery ELSE s.read_delivery END,
        CASE WHEN mine THEN s.base_seq ELSE s.read_seq END,
        CASE WHEN mine THEN s.base_count ELSE s.taken_count END,
        CASE WHEN mine THEN s.base_lag ELSE s.taken_lag END
-  FROM (SELECT s.read_xid = pg_current_xact_id_if_assigned() AS mine) x
+  FROM (SELECT coalesce(ordered_events.read_here(s.read_xid, row_xmin), false) AS mine) x
 $$;
-COMMENT ON FUNCTION ordered_events.committed_position(ordered_events.subscription) IS
+COMMENT ON FUNCTION ordered_events.committed_position(ordered_events.subscription, xid) IS
     'Internal: a subscription''s position as committed reads left it';
 
 SELECT pg_catalog.pg_extension_config_dump('ordered_events.arrival_seq', '');
@@ -994,7 +1007,7 @@ SELECT c.consumer, s.partition, d.stream, s.delay,
   JOIN ordered_events.stream_def d ON d.stream_id = s.stream_id
   JOIN ordered_events.release_totals t
     ON t.stream_id = s.stream_id AND t.partitions = c.partitions AND t.partition = s.partition
- CROSS JOIN LATERAL ordered_events.committed_position(s) p
+ CROSS JOIN LATERAL ordered_events.committed_position(s, s.xmin) p
  ORDER BY c.consumer, s.partition, d.stream;
 COMMENT ON VIEW ordered_events.consumers IS
     'Each consumer''s subscriptions, per partition: delay, consumed and unread events, bias';

@@ -37,6 +37,7 @@
 #include "access/genam.h"
 #include "access/stratnum.h"
 #include "access/table.h"
+#include "access/xact.h"
 #include "catalog/pg_collation.h"
 #include "catalog/pg_type.h"
 #include "funcapi.h"
@@ -49,6 +50,7 @@
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
+#include "utils/xid8.h"
 
 enum
 {
@@ -62,12 +64,12 @@ enum
 static OePlan plans[] = {
 	[PLAN_CONSUMER] = {
 		"SELECT c.consumer_id, c.partitions FROM ordered_events.consumer_or_error($1) c",
-		1, {TEXTOID}
+		1, {TEXTOID}, CURSOR_OPT_GENERIC_PLAN
 	},
 	[PLAN_LOCK] = {
 		"SELECT FROM ordered_events.subscription "
 		"WHERE consumer_id = $1 AND partition = $2 ORDER BY stream_id FOR UPDATE",
-		2, {INT4OID, INT4OID}
+		2, {INT4OID, INT4OID}, CURSOR_OPT_GENERIC_PLAN
 	},
 
 	/*
@@ -89,20 +91,20 @@ static OePlan plans[] = {
 		"LEFT JOIN ordered_events.release_totals t ON t.stream_id = s.stream_id "
 		"  AND t.partitions = $3 AND t.partition = s.partition "
 		"CROSS JOIN LATERAL (SELECT "
-		"    CASE WHEN s.read_xid = pg_catalog.pg_current_xact_id_if_assigned() "
+		"    CASE WHEN ordered_events.read_here(s.read_xid, s.xmin) "
 		"      THEN s.base_count ELSE s.taken_count END AS taken_count, "
-		"    CASE WHEN s.read_xid = pg_catalog.pg_current_xact_id_if_assigned() "
+		"    CASE WHEN ordered_events.read_here(s.read_xid, s.xmin) "
 		"      THEN s.base_lag ELSE s.taken_lag END AS taken_lag) b "
 		"WHERE s.consumer_id = $1 AND s.partition = $2 "
 		"ORDER BY s.stream_id",
-		3, {INT4OID, INT4OID, INT4OID}
+		3, {INT4OID, INT4OID, INT4OID}, CURSOR_OPT_GENERIC_PLAN
 	},
 
 	/* Late events may sit in these runs until a release step settles them. */
 	[PLAN_UNSETTLED] = {
 		"SELECT lane, gap_start, gap_end FROM ordered_events.gap_skips "
 		"WHERE stream_id = $1 AND NOT settled",
-		1, {INT4OID}
+		1, {INT4OID}, CURSOR_OPT_GENERIC_PLAN
 	},
 
 	/*
@@ -112,13 +114,13 @@ static OePlan plans[] = {
 	 */
 	[PLAN_ADVANCE] = {
 		"UPDATE ordered_events.subscription s SET "
-		"  base_delivery = CASE WHEN s.read_xid = pg_catalog.pg_current_xact_id() "
+		"  base_delivery = CASE WHEN ordered_events.read_here(s.read_xid, s.xmin) "
 		"    THEN s.base_delivery ELSE s.read_delivery END, "
-		"  base_seq = CASE WHEN s.read_xid = pg_catalog.pg_current_xact_id() "
+		"  base_seq = CASE WHEN ordered_events.read_here(s.read_xid, s.xmin) "
 		"    THEN s.base_seq ELSE s.read_seq END, "
-		"  base_count = CASE WHEN s.read_xid = pg_catalog.pg_current_xact_id() "
+		"  base_count = CASE WHEN ordered_events.read_here(s.read_xid, s.xmin) "
 		"    THEN s.base_count ELSE s.taken_count END, "
-		"  base_lag = CASE WHEN s.read_xid = pg_catalog.pg_current_xact_id() "
+		"  base_lag = CASE WHEN ordered_events.read_here(s.read_xid, s.xmin) "
 		"    THEN s.base_lag ELSE s.taken_lag END, "
 		"  read_xid = pg_catalog.pg_current_xact_id(), "
 		"  read_delivery = a.read_delivery, read_seq = a.read_seq, "
@@ -129,7 +131,8 @@ static OePlan plans[] = {
 		"  pg_catalog.unnest($5::bigint[]), pg_catalog.unnest($6::bigint[]), "
 		"  pg_catalog.unnest($7::numeric[])) AS a(stream_id, read_delivery, read_seq, taken, lag) "
 		"WHERE s.consumer_id = $1 AND s.partition = $2 AND s.stream_id = a.stream_id",
-		7, {INT4OID, INT4OID, INT4ARRAYOID, INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID, TEXTARRAYOID}
+		7, {INT4OID, INT4OID, INT4ARRAYOID, INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID, TEXTARRAYOID},
+		CURSOR_OPT_GENERIC_PLAN
 	},
 };
 
@@ -229,6 +232,23 @@ oe_key_partition(PG_FUNCTION_ARGS)
 				 errmsg("invalid value for partitions: %d", partitions),
 				 errhint("Use a positive number of partitions.")));
 	PG_RETURN_INT32(partition_of(oe_key_hash(PG_GETARG_TEXT_PP(0)), partitions));
+}
+
+/*
+ * read_here(read_xid xid8, row_xmin xid) returns boolean
+ *
+ * Whether the current transaction read the subscription row: see
+ * ordered_events--0.1--0.2.sql.
+ */
+PG_FUNCTION_INFO_V1(oe_read_here);
+Datum
+oe_read_here(PG_FUNCTION_ARGS)
+{
+	FullTransactionId top = GetTopFullTransactionIdIfAny();
+
+	PG_RETURN_BOOL(FullTransactionIdIsValid(top) &&
+				   FullTransactionIdEquals(top, PG_GETARG_FULLTRANSACTIONID(0)) &&
+				   TransactionIdIsCurrentTransactionId(DatumGetTransactionId(PG_GETARG_DATUM(1))));
 }
 
 /* alignment_ts + bias + delay, or an infinity beyond the range of timestamps. */

@@ -61,10 +61,8 @@ oe_internal_end(OeInternalScope *scope)
 /*
  * Prepare a plan of the extension at first use, inside a scope, so that it
  * is planned with the safe search_path, and keep it for the backend (the
- * plan cache replans it after invalidations).  Generic: our queries are
- * index lookups whose best plan does not depend on the parameters, and a
- * custom plan would be planned again at every execution (callgrind: a
- * fifth of a consumer's read() went to planning).
+ * plan cache replans it after invalidations).  plan->cursor_options may
+ * ask for a generic plan (see OePlan).
  */
 static SPIPlanPtr
 prepared(OePlan *plan)
@@ -72,7 +70,7 @@ prepared(OePlan *plan)
 	if (plan->plan == NULL)
 	{
 		SPIPlanPtr	p = SPI_prepare_cursor(plan->sql, plan->nargs, plan->argtypes,
-										   CURSOR_OPT_GENERIC_PLAN);
+										   plan->cursor_options);
 
 		if (p == NULL)
 			elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));

@@ -63,7 +63,7 @@ SELECT functions_are('ordered_events', ARRAY[
     -- internal
     'blocking_transactions', 'check_not_null', 'check_release_options',
     'committed_position', 'consumer_or_error', 'count_released', 'forget_unused_totals',
-    'inbox_insert', 'invalid_option', 'lag_us', 'lock_streams', 'stream_def_changed',
+    'inbox_insert', 'invalid_option', 'lag_us', 'lock_streams', 'read_here', 'stream_def_changed',
     'stream_id', 'stream_or_error', 'streams_with_work', 'worker_status_internal'],
     'schema ordered_events has exactly the functions of 0.2');
 SELECT tables_are('ordered_events', ARRAY[
