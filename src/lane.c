@@ -5,8 +5,8 @@
  *	  its events that releasing, skip_gap() and gaps() share.
  *
  * A global stream has one lane, '' ; a per-key stream one per key, named
- * by the key.  Its events are the rows of ordered_events.event_store with that
- * (stream_id, lane), in the order of the primary key (stream_id, lane,
+ * by the key.  Its events are the rows of ordered_events.event_store with
+ * that (stream_id, lane), in the order of the primary key (stream_id, lane,
  * seq); its progress is a row of ordered_events.progress (a lane without
  * one starts at the stream's initial_sequence).  An event is released
  * exactly when its seq is below the lane's range_end: releasing moves no
@@ -203,8 +203,9 @@ gap_changed(const OeLane *lane)
 
 /*
  * Store what a step did to the lane, and give the step the run it released
- * (delivery.c logs it).  Writes only when something changed (a stored fence always comes with a stored gap, so
- * a fence to forget is a gap that changed); returns whether it wrote.
+ * (delivery.c logs it).  Writes only when something changed (a stored fence
+ * always comes with a stored gap, so a fence to forget is a gap that
+ * changed); returns whether it wrote.
  */
 bool
 oe_save_lane(OeLane *lane)
