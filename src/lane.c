@@ -205,9 +205,9 @@ gap_changed(const OeLane *lane)
  * Store what a step did to the lane, and give the step the run it released
  * (delivery.c logs it).  Writes only when something changed (a stored fence
  * always comes with a stored gap, so a fence to forget is a gap that
- * changed); returns whether it wrote.
+ * changed).
  */
-bool
+void
 oe_save_lane(OeLane *lane)
 {
 	Datum		values[9];
@@ -215,7 +215,7 @@ oe_save_lane(OeLane *lane)
 	bool		keep_fence = lane->gap && lane->has_fence;
 
 	if (lane->range_end == lane->start && !lane->fence_recorded && !gap_changed(lane))
-		return false;
+		return;
 
 	values[0] = Int32GetDatum(lane->stream->stream_id);
 	values[1] = PointerGetDatum(lane->lane);
@@ -237,7 +237,6 @@ oe_save_lane(OeLane *lane)
 	}
 	oe_run_plan(&plans[PLAN_SAVE], values, nulls, SPI_OK_INSERT);
 	oe_step_add_run(lane);
-	return true;
 }
 
 /* A scan of the event primary key: one lane in seq order, or a stream's lanes. */

@@ -308,7 +308,7 @@ extern char *oe_int128_out(int128 value);
 extern void oe_load_lane(OeLane *lane, const OeStream *stream, text *lane_key, OeStep *step);
 extern void oe_walk_lane(OeLane *lane, int64 limit, Snapshot snapshot);
 extern void oe_add_runs(OeLane *lane);
-extern bool oe_save_lane(OeLane *lane);
+extern void oe_save_lane(OeLane *lane);
 extern void oe_lane_holes(OeLane *lane, Snapshot snapshot, int64 through, bool past_last,
 						  void (*emit) (OeLane *lane, int64 start, int64 end, void *arg),
 						  void *arg);
