@@ -123,14 +123,23 @@ oe_int128_out(int128 value)
 	return pstrdup(&digits[pos]);
 }
 
-/* Start a step: read the partition counts the stream's totals keep. */
+/* Start a step. */
 void
 oe_step_begin(OeStep *step, const OeStream *stream)
 {
-	Datum		id = Int32GetDatum(stream->stream_id);
-
 	memset(step, 0, sizeof(*step));
 	step->stream = stream;
+}
+
+/*
+ * Read the partition counts the stream's totals keep: at the first event
+ * the step releases, so that a step that releases none pays nothing.
+ */
+static void
+load_partition_counts(OeStep *step)
+{
+	Datum		id = Int32GetDatum(step->stream->stream_id);
+
 	oe_run_plan(&plans[PLAN_PARTITION_COUNTS], &id, NULL, SPI_OK_SELECT);
 	step->ntotals = (int) SPI_processed;
 	step->totals = palloc0(sizeof(OeTotals) * Max(step->ntotals, 1));
@@ -144,6 +153,7 @@ oe_step_begin(OeStep *step, const OeStream *stream)
 		totals->lag = palloc0(sizeof(int128) * totals->partitions);
 		step->partitioned |= totals->partitions > 1;
 	}
+	step->counting = true;
 }
 
 /*
@@ -161,6 +171,8 @@ oe_step_count_event(OeLane *lane, TupleTableSlot *slot)
 
 	if (step == NULL)
 		return;
+	if (!step->counting)
+		load_partition_counts(step);
 	alignment_ts = DatumGetTimestampTz(slot_getattr(slot, Anum_oe_event_alignment_ts, &isnull));
 	lag = oe_lag(DatumGetTimestampTz(slot_getattr(slot, Anum_oe_event_event_ts, &isnull)),
 				 alignment_ts);

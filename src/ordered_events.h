@@ -144,6 +144,7 @@ typedef struct OeTotals
 typedef struct OeStep
 {
 	const OeStream *stream;
+	bool		counting;		/* totals loaded: the step released an event */
 	int			ntotals;
 	OeTotals   *totals;			/* one per partition count in release_totals */
 	bool		partitioned;	/* a count above 1: events need their partition */
