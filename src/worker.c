@@ -554,6 +554,13 @@ oe_database_worker_main(Datum arg)
 	SetConfigOption("lock_timeout", OE_WORKER_LOCK_TIMEOUT, PGC_SUSET, PGC_S_OVERRIDE);
 	/* Runs as superuser: no object of public or pg_temp may be chosen. */
 	SetConfigOption("search_path", oe_safe_search_path, PGC_SUSET, PGC_S_OVERRIDE);
+
+	/*
+	 * Its queries are short index lookups; JIT would only load LLVM into
+	 * the worker (figure 7 saw 60 MB once a plan's cost estimate crossed
+	 * jit_above_cost).
+	 */
+	SetConfigOption("jit", "off", PGC_SUSET, PGC_S_OVERRIDE);
 	ereport(LOG,
 			(errmsg("ordered_events worker started for database \"%s\"", my_slot->dbname)));
 
