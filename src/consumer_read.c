@@ -43,7 +43,6 @@
 #include "funcapi.h"
 #include "lib/binaryheap.h"
 #include "miscadmin.h"
-#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/memutils.h"
@@ -207,13 +206,6 @@ check_not_null(FunctionCallInfo fcinfo, int argno, const char *name)
 				 errhint("Pass a value, or leave out an argument that has a default.")));
 }
 
-/* The partition of a key hash among "partitions". */
-static inline int32
-partition_of(uint64 hash, int32 partitions)
-{
-	return (int32) (hash % (uint64) partitions);
-}
-
 /*
  * key_partition(key text, partitions integer) returns integer
  */
@@ -231,7 +223,7 @@ oe_key_partition(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("invalid value for partitions: %d", partitions),
 				 errhint("Use a positive number of partitions.")));
-	PG_RETURN_INT32(partition_of(oe_key_hash(PG_GETARG_TEXT_PP(0)), partitions));
+	PG_RETURN_INT32(oe_partition_of(oe_key_hash(PG_GETARG_TEXT_PP(0)), partitions));
 }
 
 /*
@@ -361,7 +353,7 @@ next_run(Reader *r, ReadContext *cx)
 		}
 		lane = DatumGetTextPP(slot_getattr(r->log_slot, Anum_oe_log_lane, &isnull));
 		if (r->per_key && cx->partitions > 1 &&
-			partition_of(oe_key_hash(lane), cx->partitions) != cx->partition)
+			oe_partition_of(oe_key_hash(lane), cx->partitions) != cx->partition)
 			continue;			/* a key of another partition */
 
 		r->run_lane = lane;
@@ -403,7 +395,7 @@ next_event(Reader *r, ReadContext *cx)
 				break;
 			key = DatumGetTextPP(slot_getattr(slot, Anum_oe_event_key, &isnull));
 			if (!r->per_key && cx->partitions > 1 &&
-				partition_of(oe_key_hash(key), cx->partitions) != cx->partition)
+				oe_partition_of(oe_key_hash(key), cx->partitions) != cx->partition)
 				continue;
 			if (r->unsettled != NIL && in_unsettled_run(r, r->run_lane, seq))
 				continue;		/* committed late into a skipped run */
@@ -530,14 +522,11 @@ advance_positions(ReadContext *cx, List *readers)
 		return;
 	values[0] = Int32GetDatum(cx->consumer_id);
 	values[1] = Int32GetDatum(cx->partition);
-	values[2] = PointerGetDatum(construct_array(streams, i, INT4OID, 4, true, TYPALIGN_INT));
-	values[3] = PointerGetDatum(construct_array(deliveries, i, INT8OID, 8, FLOAT8PASSBYVAL,
-												TYPALIGN_DOUBLE));
-	values[4] = PointerGetDatum(construct_array(seqs, i, INT8OID, 8, FLOAT8PASSBYVAL,
-												TYPALIGN_DOUBLE));
-	values[5] = PointerGetDatum(construct_array(taken, i, INT8OID, 8, FLOAT8PASSBYVAL,
-												TYPALIGN_DOUBLE));
-	values[6] = PointerGetDatum(construct_array(lags, i, TEXTOID, -1, false, TYPALIGN_INT));
+	values[2] = oe_array(streams, i, INT4OID);
+	values[3] = oe_array(deliveries, i, INT8OID);
+	values[4] = oe_array(seqs, i, INT8OID);
+	values[5] = oe_array(taken, i, INT8OID);
+	values[6] = oe_array(lags, i, TEXTOID);
 	oe_run_plan(&plans[PLAN_ADVANCE], values, NULL, SPI_OK_UPDATE);
 }
 

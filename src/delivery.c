@@ -31,9 +31,7 @@
 #include "catalog/pg_collation.h"
 #include "catalog/pg_type.h"
 #include "common/hashfn.h"
-#include "utils/array.h"
 #include "utils/builtins.h"
-#include "utils/lsyscache.h"
 #include "utils/timestamp.h"
 
 /* A run of a lane that a step released: [start, end). */
@@ -153,7 +151,6 @@ load_partition_counts(OeStep *step)
 		totals->lag = palloc0(sizeof(int128) * totals->partitions);
 		step->partitioned |= totals->partitions > 1;
 	}
-	step->counting = true;
 }
 
 /*
@@ -171,7 +168,7 @@ oe_step_count_event(OeLane *lane, TupleTableSlot *slot)
 
 	if (step == NULL)
 		return;
-	if (!step->counting)
+	if (step->totals == NULL)
 		load_partition_counts(step);
 	alignment_ts = DatumGetTimestampTz(slot_getattr(slot, Anum_oe_event_alignment_ts, &isnull));
 	lag = oe_lag(DatumGetTimestampTz(slot_getattr(slot, Anum_oe_event_event_ts, &isnull)),
@@ -181,21 +178,19 @@ oe_step_count_event(OeLane *lane, TupleTableSlot *slot)
 
 	if (step->partitioned)
 	{
-		/* A per-key lane is one key: hash it once. */
 		if (!lane->hash_valid)
-			hash = oe_key_hash(DatumGetTextPP(slot_getattr(slot, Anum_oe_event_key, &isnull)));
-		if (step->stream->per_key)
 		{
-			if (!lane->hash_valid)
-				lane->lane_hash = hash;
-			lane->hash_valid = true;
-			hash = lane->lane_hash;
+			lane->lane_hash = oe_key_hash(DatumGetTextPP(slot_getattr(slot, Anum_oe_event_key,
+																	  &isnull)));
+			/* A per-key lane is one key: its hash holds for every event. */
+			lane->hash_valid = step->stream->per_key;
 		}
+		hash = lane->lane_hash;
 	}
 	for (int i = 0; i < step->ntotals; i++)
 	{
 		OeTotals   *totals = &step->totals[i];
-		int			partition = (int) (hash % (uint64) totals->partitions);
+		int32		partition = oe_partition_of(hash, totals->partitions);
 
 		totals->count[partition]++;
 		totals->lag[partition] += lag;
@@ -288,10 +283,10 @@ merge_lane_runs(List *runs)
 static void
 log_runs(OeStep *step)
 {
-	int			n = list_length(step->runs);
-	Datum	   *lanes = palloc(sizeof(Datum) * n);
-	Datum	   *starts = palloc(sizeof(Datum) * n);
-	Datum	   *ends = palloc(sizeof(Datum) * n);
+	int			n;
+	Datum	   *lanes;
+	Datum	   *starts;
+	Datum	   *ends;
 	Datum		values[5];
 	bool		isnull;
 	int			i = 0;
@@ -301,8 +296,11 @@ log_runs(OeStep *step)
 	{
 		step->runs = merge_lane_runs(step->runs);
 		list_sort(step->runs, compare_delivery_order);
-		n = list_length(step->runs);
 	}
+	n = list_length(step->runs);
+	lanes = palloc(sizeof(Datum) * n);
+	starts = palloc(sizeof(Datum) * n);
+	ends = palloc(sizeof(Datum) * n);
 	foreach(lc, step->runs)
 	{
 		OeRun	   *run = lfirst(lc);
@@ -318,11 +316,9 @@ log_runs(OeStep *step)
 	values[1] = oe_result(0, 1, &isnull);
 	if (isnull)
 		values[1] = Int64GetDatum(0);
-	values[2] = PointerGetDatum(construct_array(lanes, n, TEXTOID, -1, false, TYPALIGN_INT));
-	values[3] = PointerGetDatum(construct_array(starts, n, INT8OID, 8, FLOAT8PASSBYVAL,
-												TYPALIGN_DOUBLE));
-	values[4] = PointerGetDatum(construct_array(ends, n, INT8OID, 8, FLOAT8PASSBYVAL,
-												TYPALIGN_DOUBLE));
+	values[2] = oe_array(lanes, n, TEXTOID);
+	values[3] = oe_array(starts, n, INT8OID);
+	values[4] = oe_array(ends, n, INT8OID);
 	oe_run_plan(&plans[PLAN_LOG], values, NULL, SPI_OK_INSERT);
 }
 
@@ -363,12 +359,10 @@ add_totals(OeStep *step)
 		return;
 
 	values[0] = Int32GetDatum(step->stream->stream_id);
-	values[1] = PointerGetDatum(construct_array(partition_counts, n, INT4OID, 4, true,
-												TYPALIGN_INT));
-	values[2] = PointerGetDatum(construct_array(partitions, n, INT4OID, 4, true, TYPALIGN_INT));
-	values[3] = PointerGetDatum(construct_array(counts, n, INT8OID, 8, FLOAT8PASSBYVAL,
-												TYPALIGN_DOUBLE));
-	values[4] = PointerGetDatum(construct_array(lags, n, TEXTOID, -1, false, TYPALIGN_INT));
+	values[1] = oe_array(partition_counts, n, INT4OID);
+	values[2] = oe_array(partitions, n, INT4OID);
+	values[3] = oe_array(counts, n, INT8OID);
+	values[4] = oe_array(lags, n, TEXTOID);
 	oe_run_plan(&plans[PLAN_ADD_TOTALS], values, NULL, SPI_OK_UPDATE);
 }
 

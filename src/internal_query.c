@@ -26,7 +26,9 @@
 #include "ordered_events.h"
 
 #include "miscadmin.h"
+#include "utils/array.h"
 #include "utils/guc.h"
+#include "utils/lsyscache.h"
 #include "utils/snapmgr.h"
 
 /* The search_path of every internal query and of the worker. */
@@ -115,4 +117,16 @@ Datum
 oe_result(uint64 row, int col, bool *isnull)
 {
 	return SPI_getbinval(SPI_tuptable->vals[row], SPI_tuptable->tupdesc, col, isnull);
+}
+
+/* A one-dimensional array of n elements of type elemtype, as a parameter. */
+Datum
+oe_array(Datum *elems, int n, Oid elemtype)
+{
+	int16		typlen;
+	bool		typbyval;
+	char		typalign;
+
+	get_typlenbyvalalign(elemtype, &typlen, &typbyval, &typalign);
+	return PointerGetDatum(construct_array(elems, n, elemtype, typlen, typbyval, typalign));
 }

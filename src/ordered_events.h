@@ -144,9 +144,9 @@ typedef struct OeTotals
 typedef struct OeStep
 {
 	const OeStream *stream;
-	bool		counting;		/* totals loaded: the step released an event */
 	int			ntotals;
-	OeTotals   *totals;			/* one per partition count in release_totals */
+	OeTotals   *totals;			/* one per partition count in release_totals,
+								 * NULL until the step releases an event */
 	bool		partitioned;	/* a count above 1: events need their partition */
 	List	   *runs;			/* OeRelease of each lane the step moved */
 } OeStep;
@@ -184,7 +184,7 @@ typedef struct OeLane
 	bool		last_event;		/* passed the lane's last event */
 	bool		more;			/* stopped by the limit at a releasable event */
 	TimestampTz first_alignment;	/* alignment_ts of the first event released */
-	bool		hash_valid;		/* lane_hash is set */
+	bool		hash_valid;		/* lane_hash holds for every event of the lane */
 	uint64		lane_hash;		/* a per-key lane: its key's partition hash */
 } OeLane;
 
@@ -284,6 +284,7 @@ extern void oe_run_plan_latest(OePlan *plan, Datum *values, const char *nulls);
 extern void oe_run_plan_snapshot(OePlan *plan, Datum *values, const char *nulls,
 								 Snapshot snapshot);
 extern Datum oe_result(uint64 row, int col, bool *isnull);
+extern Datum oe_array(Datum *elems, int n, Oid elemtype);
 
 /* table_insert.c */
 extern bool oe_insert_unique(Oid relid, Datum *values, bool *isnull);
@@ -303,6 +304,13 @@ extern void oe_step_add_run(const OeLane *lane);
 extern void oe_step_finish(OeStep *step);
 extern int128 oe_lag(TimestampTz event_ts, TimestampTz alignment_ts);
 extern uint64 oe_key_hash(text *key);
+
+/* The partition of a key's hash among "partitions" (key_partition()). */
+static inline int32
+oe_partition_of(uint64 hash, int32 partitions)
+{
+	return (int32) (hash % (uint64) partitions);
+}
 extern char *oe_int128_out(int128 value);
 
 /* lane.c */
