@@ -14,6 +14,7 @@ OBJS = \
 	src/delivery.o \
 	src/gap_policy.o \
 	src/gaps.o \
+	src/handler.o \
 	src/ingest.o \
 	src/internal_query.o \
 	src/lane.o \

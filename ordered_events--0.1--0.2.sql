@@ -144,6 +144,10 @@ SELECT l.stream_id, l.lane, l.seq_start, l.seq_end, l.released_at,
           FROM ordered_events.key_release_log r) l;
 
 -- The skip ledger by lane ('' for a global stream) instead of a nullable key.
+-- Dead letters of handlers name their consumer (NULL: rejected at ingest or
+-- by a release step), so that two handlers' letters for one event stay apart.
+ALTER TABLE ordered_events.unprocessed ADD COLUMN consumer text;
+
 ALTER TABLE ordered_events.gap_skips ADD COLUMN lane text COLLATE "C" NOT NULL DEFAULT '';
 ALTER TABLE ordered_events.gap_skips ALTER COLUMN lane DROP DEFAULT;
 UPDATE ordered_events.gap_skips SET lane = key WHERE key IS NOT NULL;
@@ -259,11 +263,47 @@ SELECT d.stream,
          LIMIT 1) fg ON true
  CROSS JOIN LATERAL (
         SELECT count(*) AS unprocessed_count
-          FROM ordered_events.unprocessed u WHERE u.stream = d.stream) un
+          FROM ordered_events.unprocessed u
+         WHERE u.stream = d.stream AND u.consumer IS NULL) un
  CROSS JOIN LATERAL (
         SELECT least(coalesce(sum(g.gap_end::numeric - g.gap_start + 1), 0),
                      9223372036854775807)::bigint AS skipped_count
           FROM ordered_events.gap_skips g WHERE g.stream_id = d.stream_id) sk;
+
+-- key_status counts what the stream did with a key's events, not what
+-- handlers did (their dead letters name a consumer).
+CREATE OR REPLACE VIEW ordered_events.key_status AS
+WITH accepted AS (
+    SELECT a.stream, a.key,
+           max(a.seq) FILTER (WHERE a.is_released) AS last_released_seq,
+           count(*) FILTER (WHERE NOT a.is_released) AS buffered_count,
+           min(a.seq) FILTER (WHERE NOT a.is_released) AS earliest_buffered_seq,
+           max(a.seq) FILTER (WHERE NOT a.is_released) AS latest_buffered_seq,
+           count(*) AS received_count,
+           count(*) FILTER (WHERE a.is_released) AS released_count,
+           bool_or(a.last_event) AS last_event_received
+      FROM ordered_events.accepted_events a
+     GROUP BY a.stream, a.key
+), rejected AS (
+    SELECT u.stream, u.key,
+           count(*) AS received_count,
+           count(*) FILTER (WHERE u.reason = 'duplicate') AS duplicate_count
+      FROM ordered_events.unprocessed u
+     WHERE u.consumer IS NULL
+     GROUP BY u.stream, u.key
+)
+SELECT coalesce(a.stream, r.stream) AS stream,
+       coalesce(a.key, r.key) AS key,
+       a.last_released_seq,
+       coalesce(a.buffered_count, 0) AS buffered_count,
+       a.earliest_buffered_seq,
+       a.latest_buffered_seq,
+       coalesce(a.received_count, 0) + coalesce(r.received_count, 0) AS received_count,
+       coalesce(a.released_count, 0) AS released_count,
+       coalesce(r.duplicate_count, 0) AS duplicate_count,
+       coalesce(a.last_event_received, false) AS last_event_received
+  FROM accepted a
+  FULL JOIN rejected r ON r.stream = a.stream AND r.key = a.key;
 
 -- Now nothing reads the 0.1 tables and columns: drop them (out of the
 -- extension first, which also takes them off its list of dumped tables),
@@ -433,6 +473,13 @@ BEGIN
      */
     LOCK TABLE ordered_events.event_store IN SHARE ROW EXCLUSIVE MODE;
     d := ordered_events.stream_or_error(stream, true);
+    IF EXISTS (SELECT FROM ordered_events.consumer_def c WHERE c.output_stream_id = d.stream_id) THEN
+        RAISE EXCEPTION 'stream "%" is the output stream of consumer "%"', stream,
+              (SELECT min(c.consumer) FROM ordered_events.consumer_def c
+                WHERE c.output_stream_id = d.stream_id)
+            USING ERRCODE = 'dependent_objects_still_exist',
+                  HINT = 'Drop the consumer first: its handler appends to this stream.';
+    END IF;
     IF d.gap_policy = 'fence' THEN
         EXECUTE format('DROP SEQUENCE ordered_events.%I', format('fence_seq_%s', d.stream_id));
     END IF;
@@ -666,13 +713,26 @@ COMMENT ON FUNCTION ordered_events.count_released(integer, integer) IS
 SELECT ordered_events.count_released(d.stream_id, 1) FROM ordered_events.stream_def d;
 
 CREATE SEQUENCE ordered_events.consumer_id_seq AS integer;
+/*
+ * A consumer with a handler is read by the extension (src/handler.c): the
+ * handler runs as "owner", the role that created the consumer.  The
+ * handler is kept as its signature's text and the owner as a regrole, so
+ * that a dump, a restore and pg_upgrade keep them by name.
+ */
 CREATE TABLE ordered_events.consumer_def (
     consumer_id integer PRIMARY KEY
         DEFAULT pg_catalog.nextval('ordered_events.consumer_id_seq'),
     consumer text NOT NULL UNIQUE,
     partitions integer NOT NULL CHECK (partitions BETWEEN 1 AND 1024),
-    created_at timestamptz NOT NULL DEFAULT pg_catalog.now()
+    created_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    handler text,
+    owner regrole,
+    output_stream_id integer REFERENCES ordered_events.stream_def,
+    alignment text NOT NULL DEFAULT 'inherit' CHECK (alignment IN ('inherit', 'processing')),
+    CHECK ((handler IS NULL) = (owner IS NULL)),
+    CHECK (handler IS NOT NULL OR output_stream_id IS NULL)
 );
+CREATE INDEX consumer_def_output_idx ON ordered_events.consumer_def (output_stream_id);
 ALTER SEQUENCE ordered_events.consumer_id_seq OWNED BY ordered_events.consumer_def.consumer_id;
 COMMENT ON TABLE ordered_events.consumer_def IS
     'Internal: one row per consumer';
@@ -803,14 +863,95 @@ $$;
 COMMENT ON FUNCTION ordered_events.forget_unused_totals(integer) IS
     'Internal: drop the release totals of partition counts no consumer of the stream uses';
 
-CREATE FUNCTION ordered_events.create_consumer(consumer text, partitions integer DEFAULT 1)
+/*
+ * create_consumer() is C (src/handler.c) for one reason: it must know the
+ * role that calls it, which becomes the handler's owner, and a SECURITY
+ * DEFINER function cannot.  It checks the NULLs and calls
+ * define_consumer() as the owner of the extension's tables, passing the
+ * calling role.
+ */
+CREATE FUNCTION ordered_events.create_consumer(
+    consumer text,
+    partitions integer DEFAULT 1,
+    handler regprocedure DEFAULT NULL,
+    output_stream text DEFAULT NULL,
+    alignment text DEFAULT 'inherit')
 RETURNS void
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'oe_create_consumer';
+COMMENT ON FUNCTION ordered_events.create_consumer(text, integer, regprocedure, text, text) IS
+    'Create a consumer: a named reader of the released events of the streams it subscribes to, read by the extension through a handler if one is given';
+
+-- The error for a handler that is not fn(jsonb, ordered_events.event)
+-- returning ordered_events.step, or that its owner may not execute.
+CREATE FUNCTION ordered_events.check_handler(handler regprocedure, owner regrole)
+RETURNS void
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    p pg_catalog.pg_proc;
 BEGIN
-    PERFORM ordered_events.check_not_null('consumer', consumer IS NULL);
-    PERFORM ordered_events.check_not_null('partitions', partitions IS NULL);
+    SELECT * INTO p FROM pg_catalog.pg_proc f WHERE f.oid = handler;
+    IF p.prokind <> 'f' OR p.proretset
+       OR p.prorettype <> 'ordered_events.step'::pg_catalog.regtype
+       OR p.pronargs <> 2 OR p.proargtypes[0] <> 'jsonb'::pg_catalog.regtype
+       OR p.proargtypes[1] <> 'ordered_events.event'::pg_catalog.regtype THEN
+        RAISE EXCEPTION 'function % is not a handler', handler
+            USING ERRCODE = 'undefined_function',
+                  DETAIL = pg_catalog.format('It returns %s%s; a handler takes (jsonb, ordered_events.event) and returns one ordered_events.step.',
+                               CASE WHEN p.proretset THEN 'SETOF ' ELSE '' END,
+                               p.prorettype::pg_catalog.regtype),
+                  HINT = 'Declare it as CREATE FUNCTION f(state jsonb, event ordered_events.event) RETURNS ordered_events.step.';
+    END IF;
+    IF p.proisstrict THEN
+        RAISE EXCEPTION 'handler % must not be STRICT', handler
+            USING ERRCODE = 'invalid_function_definition',
+                  DETAIL = 'The first event of a key comes with a NULL state, which a STRICT function never sees.',
+                  HINT = 'Declare it CALLED ON NULL INPUT (the default).';
+    END IF;
+    IF NOT pg_catalog.has_function_privilege(owner, handler, 'EXECUTE') THEN
+        RAISE EXCEPTION 'permission denied for function %', handler
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = pg_catalog.format('The handler runs as the role that creates the consumer, %s, which may not execute it.', owner),
+                  HINT = 'Grant EXECUTE on the function to that role, or create the consumer as a role that has it.';
+    END IF;
+END;
+$$;
+COMMENT ON FUNCTION ordered_events.check_handler(regprocedure, regrole) IS
+    'Internal: the error for a handler of the wrong shape or that its owner may not execute';
+
+-- The fence stream a handler consumer appends its results to, or the error.
+CREATE FUNCTION ordered_events.output_stream_or_error(output_stream text)
+RETURNS ordered_events.stream_def
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    d ordered_events.stream_def := ordered_events.stream_or_error(output_stream);
+BEGIN
+    IF d.gap_policy <> 'fence' THEN
+        RAISE EXCEPTION 'output stream "%" does not have gap_policy ''fence''', output_stream
+            USING ERRCODE = 'wrong_object_type',
+                  DETAIL = pg_catalog.format('Stream "%s" has gap_policy ''%s''.', output_stream, d.gap_policy),
+                  HINT = 'Derived events are appended: create the output stream with gap_policy => ''fence''.';
+    END IF;
+    RETURN d;
+END;
+$$;
+COMMENT ON FUNCTION ordered_events.output_stream_or_error(text) IS
+    'Internal: the fence stream named as a handler''s output, or the error';
+
+CREATE FUNCTION ordered_events.define_consumer(
+    consumer text, partitions integer, handler regprocedure, output_stream text,
+    alignment text, owner regrole)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    output_id integer;
+BEGIN
     IF consumer !~ '^[a-z_][a-z0-9_]{0,62}$' THEN
         RAISE EXCEPTION 'invalid consumer name: %', quote_literal(consumer)
             USING ERRCODE = 'invalid_name',
@@ -820,16 +961,33 @@ BEGIN
         PERFORM ordered_events.invalid_option('partitions', partitions::text,
             'Use 1 to 1024: the number of sessions that may read the consumer in parallel.');
     END IF;
-    INSERT INTO ordered_events.consumer_def (consumer, partitions)
-    VALUES (create_consumer.consumer, create_consumer.partitions);
+    IF alignment NOT IN ('inherit', 'processing') THEN
+        PERFORM ordered_events.invalid_option('alignment', alignment,
+            'Use ''inherit'' (a derived event has its parent''s alignment_ts) or ''processing'' (the time it is derived).');
+    END IF;
+    IF handler IS NULL THEN
+        IF output_stream IS NOT NULL OR alignment <> 'inherit' THEN
+            RAISE EXCEPTION 'output_stream and alignment need a handler'
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'Pass handler => ''fn(jsonb, ordered_events.event)''::regprocedure, or leave output_stream and alignment out.';
+        END IF;
+    ELSE
+        PERFORM ordered_events.check_handler(handler, owner);
+        IF output_stream IS NOT NULL THEN
+            output_id := (ordered_events.output_stream_or_error(output_stream)).stream_id;
+        END IF;
+    END IF;
+    INSERT INTO ordered_events.consumer_def (consumer, partitions, handler, owner, output_stream_id, alignment)
+    VALUES (define_consumer.consumer, define_consumer.partitions, handler::text,
+            CASE WHEN handler IS NOT NULL THEN owner END, output_id, define_consumer.alignment);
 EXCEPTION WHEN unique_violation THEN
     RAISE EXCEPTION 'consumer "%" already exists', consumer
         USING ERRCODE = 'duplicate_object',
               HINT = 'Drop it first with ordered_events.drop_consumer(), or choose another name.';
 END;
 $$;
-COMMENT ON FUNCTION ordered_events.create_consumer(text, integer) IS
-    'Create a consumer: a named reader of the released events of the streams it subscribes to';
+COMMENT ON FUNCTION ordered_events.define_consumer(text, integer, regprocedure, text, text, regrole) IS
+    'Internal: create_consumer() once it knows the calling role';
 
 -- Lock the streams' release steps, in stream_id order.
 CREATE FUNCTION ordered_events.lock_streams(stream_ids integer[])
@@ -886,6 +1044,11 @@ BEGIN
     PERFORM ordered_events.check_not_null('start', start IS NULL);
     c := ordered_events.consumer_or_error(consumer);
     d := ordered_events.stream_or_error(stream);
+    IF d.stream_id = c.output_stream_id THEN
+        RAISE EXCEPTION 'stream "%" is the output stream of consumer "%"', stream, consumer
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'A handler does not read what it derives: subscribe the consumer to other streams, and another consumer to this one.';
+    END IF;
     IF delay < '0 s' OR extract(year FROM delay) <> 0 OR extract(month FROM delay) <> 0
        OR extract(day FROM delay) <> 0 THEN
         PERFORM ordered_events.invalid_option('delay', delay::text,
@@ -1014,7 +1177,7 @@ COMMENT ON VIEW ordered_events.consumers IS
 
 -- Reading consumes, the rest writes: none of it is for PUBLIC (README.md, "Security").
 REVOKE EXECUTE ON FUNCTION
-    ordered_events.create_consumer(text, integer),
+    ordered_events.create_consumer(text, integer, regprocedure, text, text),
     ordered_events.drop_consumer(text),
     ordered_events.subscribe(text, text, interval, text),
     ordered_events.unsubscribe(text, text),
@@ -1023,4 +1186,122 @@ REVOKE EXECUTE ON FUNCTION
     ordered_events.count_released(integer, integer),
     ordered_events.forget_unused_totals(integer),
     ordered_events.lock_streams(integer[])
+FROM PUBLIC;
+
+/*
+ * Handlers: consumers that the extension reads itself, applying each event
+ * in merged order to a per-key state machine (README.md, "Processing with
+ * handlers"; the processing is src/handler.c).
+ */
+
+ALTER TYPE ordered_events.outcome ADD VALUE 'exception_thrown';
+
+CREATE TYPE ordered_events.event AS (
+    stream text,
+    seq bigint,
+    key text,
+    payload jsonb,
+    event_ts timestamptz,
+    alignment_ts timestamptz,
+    last_event boolean
+);
+COMMENT ON TYPE ordered_events.event IS
+    'An event as a handler receives it';
+
+CREATE TYPE ordered_events.step AS (
+    state jsonb,
+    result jsonb
+);
+COMMENT ON TYPE ordered_events.step IS
+    'What a handler returns: the key''s new state and the result to output (NULL: none)';
+
+-- The state of each key of a handler consumer, across the consumer's streams.
+CREATE TABLE ordered_events.handler_state (
+    consumer_id integer NOT NULL
+        REFERENCES ordered_events.consumer_def ON DELETE CASCADE,
+    key text COLLATE "C" NOT NULL,
+    state jsonb,
+    last_stream_id integer NOT NULL,
+    last_seq bigint NOT NULL,
+    processed_count bigint NOT NULL,
+    error_count bigint NOT NULL,
+    updated_at timestamptz NOT NULL,
+    PRIMARY KEY (consumer_id, key)
+);
+COMMENT ON TABLE ordered_events.handler_state IS
+    'Internal: the state of each key of a handler consumer';
+
+-- Results of handlers without an output stream; position is processing order.
+CREATE SEQUENCE ordered_events.result_position_seq AS bigint;
+COMMENT ON SEQUENCE ordered_events.result_position_seq IS
+    'Internal: the processing order of handler results';
+CREATE TABLE ordered_events.handler_result (
+    consumer_id integer NOT NULL
+        REFERENCES ordered_events.consumer_def ON DELETE CASCADE,
+    position bigint NOT NULL,
+    stream_id integer NOT NULL,
+    seq bigint NOT NULL,
+    key text COLLATE "C" NOT NULL,
+    result jsonb NOT NULL,
+    produced_at timestamptz NOT NULL,
+    PRIMARY KEY (consumer_id, position)
+);
+COMMENT ON TABLE ordered_events.handler_result IS
+    'Internal: the results of handlers without an output stream';
+
+SELECT pg_catalog.pg_extension_config_dump('ordered_events.handler_state', '');
+SELECT pg_catalog.pg_extension_config_dump('ordered_events.handler_result', '');
+SELECT pg_catalog.pg_extension_config_dump('ordered_events.result_position_seq', '');
+
+CREATE FUNCTION ordered_events.process(consumer text, max_events integer DEFAULT 1000,
+                                       partition integer DEFAULT 0)
+RETURNS bigint
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'oe_process';
+COMMENT ON FUNCTION ordered_events.process(text, integer, integer) IS
+    'Apply the next events of a handler consumer (partition) to its handler; returns how many were applied';
+
+-- The (consumer, partition)s whose handler has events to apply, the one
+-- that waited longest first: what a worker cycle processes.
+CREATE FUNCTION ordered_events.consumers_with_work()
+RETURNS TABLE (consumer text, partition integer)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT c.consumer, s.partition
+  FROM ordered_events.consumer_def c
+  JOIN ordered_events.subscription s ON s.consumer_id = c.consumer_id
+  JOIN ordered_events.release_totals t
+    ON t.stream_id = s.stream_id AND t.partitions = c.partitions AND t.partition = s.partition
+ WHERE c.handler IS NOT NULL AND t.released_count > s.taken_count
+ GROUP BY c.consumer, s.partition
+ ORDER BY min(s.last_read_at) NULLS FIRST, c.consumer, s.partition
+$$;
+COMMENT ON FUNCTION ordered_events.consumers_with_work() IS
+    'Internal: the handler consumer partitions with events to apply';
+
+CREATE VIEW ordered_events.key_state AS
+SELECT c.consumer, k.key, k.state, d.stream AS last_stream, k.last_seq,
+       k.processed_count, k.error_count, k.updated_at
+  FROM ordered_events.handler_state k
+  JOIN ordered_events.consumer_def c ON c.consumer_id = k.consumer_id
+  LEFT JOIN ordered_events.stream_def d ON d.stream_id = k.last_stream_id;
+COMMENT ON VIEW ordered_events.key_state IS
+    'The state of each key of each handler consumer, and how many of its events were applied';
+
+CREATE VIEW ordered_events.results AS
+SELECT c.consumer, r.position, d.stream, r.seq, r.key, r.result, r.produced_at
+  FROM ordered_events.handler_result r
+  JOIN ordered_events.consumer_def c ON c.consumer_id = r.consumer_id
+  LEFT JOIN ordered_events.stream_def d ON d.stream_id = r.stream_id
+ ORDER BY r.position;
+COMMENT ON VIEW ordered_events.results IS
+    'The results of handler consumers without an output stream, in processing order';
+
+REVOKE EXECUTE ON FUNCTION
+    ordered_events.process(text, integer, integer),
+    ordered_events.define_consumer(text, integer, regprocedure, text, text, regrole),
+    ordered_events.check_handler(regprocedure, regrole),
+    ordered_events.output_stream_or_error(text),
+    ordered_events.consumers_with_work()
 FROM PUBLIC;

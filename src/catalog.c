@@ -52,6 +52,7 @@ static const char *const outcome_names[OE_NUM_OUTCOMES] = {
 	"sequence_id_outside_valid_range",
 	"after_last_event",
 	"gap_skipped",
+	"exception_thrown",
 };
 
 /* The labels of ordered_events.gap_policy, as OeGapPolicy numbers them. */
@@ -173,7 +174,8 @@ read_relations(OeRelations *rels, Oid *outcomes)
 		"stream_id", "lane", "seq_start", "seq_end", "released_at", "delivery"
 	};
 	static const char *const unprocessed_columns[Natts_oe_unprocessed] = {
-		"stream", "seq", "key", "payload", "event_ts", "reason", "detail", "received_at"
+		"stream", "seq", "key", "payload", "event_ts", "reason", "detail", "received_at",
+		"consumer"
 	};
 	Oid			schema;
 
@@ -197,6 +199,10 @@ read_relations(OeRelations *rels, Oid *outcomes)
 	rels->outcome_type = GetSysCacheOid2(TYPENAMENSP, Anum_pg_type_oid,
 										 CStringGetDatum("outcome"),
 										 ObjectIdGetDatum(schema));
+	rels->event_type = GetSysCacheOid2(TYPENAMENSP, Anum_pg_type_oid,
+									   CStringGetDatum("event"), ObjectIdGetDatum(schema));
+	rels->step_type = GetSysCacheOid2(TYPENAMENSP, Anum_pg_type_oid,
+									  CStringGetDatum("step"), ObjectIdGetDatum(schema));
 	check_columns(rels->event, event_columns, Natts_oe_event);
 	check_columns(rels->unprocessed, unprocessed_columns, Natts_oe_unprocessed);
 	check_columns(rels->lane_release_log, log_columns, Natts_oe_log);

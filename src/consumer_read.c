@@ -62,7 +62,11 @@ enum
 
 static OePlan plans[] = {
 	[PLAN_CONSUMER] = {
-		"SELECT c.consumer_id, c.partitions FROM ordered_events.consumer_or_error($1) c",
+		"SELECT c.consumer_id, c.partitions, c.handler, c.owner, "
+		"  (SELECT d.stream FROM ordered_events.stream_def d "
+		"    WHERE d.stream_id = c.output_stream_id), "
+		"  c.alignment = 'processing' "
+		"FROM ordered_events.consumer_or_error($1) c",
 		1, {TEXTOID}, CURSOR_OPT_GENERIC_PLAN
 	},
 	[PLAN_LOCK] = {
@@ -171,14 +175,7 @@ typedef struct Reader
 	ScanKeyData event_keys[3];
 
 	/* the next event in delivery order */
-	int64		seq;
-	text	   *key;
-	Datum		payload;
-	bool		payload_null;
-	TimestampTz event_ts;
-	TimestampTz alignment_ts;
-	TimestampTz stabilized_ts;
-	int64		arrival;
+	OeReadEvent head;
 	MemoryContext head_cxt;
 } Reader;
 
@@ -196,8 +193,8 @@ typedef struct ReadContext
 } ReadContext;
 
 /* The argument's error for a NULL. */
-static void
-check_not_null(FunctionCallInfo fcinfo, int argno, const char *name)
+void
+oe_check_not_null(FunctionCallInfo fcinfo, int argno, const char *name)
 {
 	if (PG_ARGISNULL(argno))
 		ereport(ERROR,
@@ -215,8 +212,8 @@ oe_key_partition(PG_FUNCTION_ARGS)
 {
 	int32		partitions;
 
-	check_not_null(fcinfo, 0, "key");
-	check_not_null(fcinfo, 1, "partitions");
+	oe_check_not_null(fcinfo, 0, "key");
+	oe_check_not_null(fcinfo, 1, "partitions");
 	partitions = PG_GETARG_INT32(1);
 	if (partitions < 1)
 		ereport(ERROR,
@@ -406,10 +403,10 @@ next_event(Reader *r, ReadContext *cx)
 			 * out of line is fetched now.
 			 */
 			MemoryContextReset(r->head_cxt);
-			r->seq = seq;
-			r->key = key;
-			payload = slot_getattr(slot, Anum_oe_event_payload, &r->payload_null);
-			if (!r->payload_null && VARATT_IS_EXTERNAL_ONDISK(DatumGetPointer(payload)))
+			r->head.seq = seq;
+			r->head.key = key;
+			payload = slot_getattr(slot, Anum_oe_event_payload, &r->head.payload_null);
+			if (!r->head.payload_null && VARATT_IS_EXTERNAL_ONDISK(DatumGetPointer(payload)))
 			{
 				MemoryContext old = MemoryContextSwitchTo(r->head_cxt);
 
@@ -417,14 +414,19 @@ next_event(Reader *r, ReadContext *cx)
 																DatumGetPointer(payload)));
 				MemoryContextSwitchTo(old);
 			}
-			r->payload = payload;
-			r->event_ts = DatumGetTimestampTz(slot_getattr(slot, Anum_oe_event_event_ts,
+			r->head.payload = payload;
+			r->head.event_ts = DatumGetTimestampTz(slot_getattr(slot, Anum_oe_event_event_ts,
+																&isnull));
+			r->head.alignment_ts = DatumGetTimestampTz(slot_getattr(slot,
+																	Anum_oe_event_alignment_ts,
+																	&isnull));
+			r->head.received_at = DatumGetTimestampTz(slot_getattr(slot,
+																   Anum_oe_event_received_at,
+																   &isnull));
+			r->head.last_event = DatumGetBool(slot_getattr(slot, Anum_oe_event_last_event,
 														   &isnull));
-			r->alignment_ts = DatumGetTimestampTz(slot_getattr(slot,
-															   Anum_oe_event_alignment_ts,
-															   &isnull));
-			r->arrival = DatumGetInt64(slot_getattr(slot, Anum_oe_event_arrival, &isnull));
-			r->stabilized_ts = stabilized(r->alignment_ts, r->bias, r->delay);
+			r->head.arrival = DatumGetInt64(slot_getattr(slot, Anum_oe_event_arrival, &isnull));
+			r->head.stabilized_ts = stabilized(r->head.alignment_ts, r->bias, r->delay);
 			return true;
 		}
 		r->in_run = false;
@@ -444,10 +446,10 @@ compare_heads(Datum a, Datum b, void *arg)
 	const Reader *ra = (const Reader *) DatumGetPointer(a);
 	const Reader *rb = (const Reader *) DatumGetPointer(b);
 
-	if (ra->stabilized_ts != rb->stabilized_ts)
-		return ra->stabilized_ts < rb->stabilized_ts ? 1 : -1;
-	if (ra->arrival != rb->arrival)
-		return ra->arrival < rb->arrival ? 1 : -1;
+	if (ra->head.stabilized_ts != rb->head.stabilized_ts)
+		return ra->head.stabilized_ts < rb->head.stabilized_ts ? 1 : -1;
+	if (ra->head.arrival != rb->head.arrival)
+		return ra->head.arrival < rb->head.arrival ? 1 : -1;
 	return 0;
 }
 
@@ -474,6 +476,8 @@ load_readers(ReadContext *cx)
 
 		r->stream_id = DatumGetInt32(SPI_getbinval(row, desc, 1, &isnull));
 		r->stream = DatumGetTextPCopy(SPI_getbinval(row, desc, 2, &isnull));
+		r->head.stream_id = r->stream_id;
+		r->head.stream = r->stream;
 		r->per_key = DatumGetBool(SPI_getbinval(row, desc, 3, &isnull));
 		r->delay = DatumGetInt64(SPI_getbinval(row, desc, 4, &isnull));
 		r->read_delivery = DatumGetInt64(SPI_getbinval(row, desc, 5, &isnull));
@@ -522,17 +526,20 @@ advance_positions(ReadContext *cx, List *readers)
 		return;
 	values[0] = Int32GetDatum(cx->consumer_id);
 	values[1] = Int32GetDatum(cx->partition);
-	values[2] = oe_array(streams, i, INT4OID);
-	values[3] = oe_array(deliveries, i, INT8OID);
-	values[4] = oe_array(seqs, i, INT8OID);
-	values[5] = oe_array(taken, i, INT8OID);
-	values[6] = oe_array(lags, i, TEXTOID);
+	values[2] = oe_array(streams, NULL, i, INT4OID);
+	values[3] = oe_array(deliveries, NULL, i, INT8OID);
+	values[4] = oe_array(seqs, NULL, i, INT8OID);
+	values[5] = oe_array(taken, NULL, i, INT8OID);
+	values[6] = oe_array(lags, NULL, i, TEXTOID);
 	oe_run_plan(&plans[PLAN_ADVANCE], values, NULL, SPI_OK_UPDATE);
 }
 
-/* Merge the readers' streams into the result, at most max_events rows. */
-static void
-merge(ReadContext *cx, List *readers, int32 max_events, ReturnSetInfo *rsinfo)
+/*
+ * Merge the readers' streams: hand at most max_events events to the sink,
+ * in merged order.  Returns how many.
+ */
+static int32
+merge(ReadContext *cx, List *readers, int32 max_events, OeEventSink sink, void *arg)
 {
 	binaryheap *heap = binaryheap_allocate(Max(list_length(readers), 1), compare_heads, NULL);
 	ListCell   *lc;
@@ -550,23 +557,12 @@ merge(ReadContext *cx, List *readers, int32 max_events, ReturnSetInfo *rsinfo)
 	while (taken < max_events && !binaryheap_empty(heap))
 	{
 		Reader	   *r = (Reader *) DatumGetPointer(binaryheap_first(heap));
-		Datum		values[7];
-		bool		nulls[7] = {0};
 
-		values[0] = PointerGetDatum(r->stream);
-		values[1] = Int64GetDatum(r->seq);
-		values[2] = PointerGetDatum(r->key);
-		values[3] = r->payload;
-		nulls[3] = r->payload_null;
-		values[4] = TimestampTzGetDatum(r->event_ts);
-		values[5] = TimestampTzGetDatum(r->alignment_ts);
-		values[6] = TimestampTzGetDatum(r->stabilized_ts);
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
-
+		sink(&r->head, arg);
 		r->read_delivery = r->run_delivery;
-		r->read_seq = r->seq;
+		r->read_seq = r->head.seq;
 		r->taken++;
-		r->taken_lag += oe_lag(r->event_ts, r->alignment_ts);
+		r->taken_lag += oe_lag(r->head.event_ts, r->head.alignment_ts);
 		taken++;
 
 		if (next_event(r, cx))
@@ -575,52 +571,62 @@ merge(ReadContext *cx, List *readers, int32 max_events, ReturnSetInfo *rsinfo)
 			(void) binaryheap_remove_first(heap);
 	}
 	binaryheap_free(heap);
+	return taken;
 }
 
-/* read() and peek(): "consume" says which. */
-static Datum
-read_consumer(FunctionCallInfo fcinfo, bool consume)
+/*
+ * Look a consumer up, and check that "partition" is one of its partitions.
+ * Call inside an internal scope.
+ */
+void
+oe_consumer_lookup(Datum name, int32 partition, OeConsumer *consumer)
 {
-	const char *fn = consume ? "read()" : "peek()";
-	const OeRelations *rels;
-	ReadContext cx = {0};
-	ReturnSetInfo *rsinfo;
-	OeInternalScope scope;
-	Datum		name;
 	bool		isnull;
-	int32		max_events;
+	Datum		value;
+
+	oe_run_plan(&plans[PLAN_CONSUMER], &name, NULL, SPI_OK_SELECT);
+	memset(consumer, 0, sizeof(*consumer));
+	consumer->name = TextDatumGetCString(name);
+	consumer->consumer_id = DatumGetInt32(oe_result(0, 1, &isnull));
+	consumer->partitions = DatumGetInt32(oe_result(0, 2, &isnull));
+	consumer->partition = partition;
+	value = oe_result(0, 3, &isnull);
+	if (!isnull)
+	{
+		consumer->handler = TextDatumGetCString(value);
+		consumer->owner = DatumGetObjectId(oe_result(0, 4, &isnull));
+		value = oe_result(0, 5, &isnull);
+		consumer->output_stream = isnull ? NULL : DatumGetTextPCopy(value);
+		consumer->align_processing = DatumGetBool(oe_result(0, 6, &isnull));
+	}
+	if (partition < 0 || partition >= consumer->partitions)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid value for partition: %d", partition),
+				 errdetail("Consumer \"%s\" has %d partition(s).",
+						   consumer->name, consumer->partitions),
+				 errhint("Use a partition from 0 to %d.", consumer->partitions - 1)));
+}
+
+/*
+ * Take the next max_events events of a consumer partition in merged order,
+ * handing each to the sink; with "consume", lock the partition first and
+ * advance its positions past them, in the caller's transaction.  Call
+ * inside an internal scope.  Returns how many events were taken.
+ */
+int32
+oe_consumer_take(const OeConsumer *consumer, int32 max_events, bool consume,
+				 OeEventSink sink, void *arg)
+{
+	const OeRelations *rels = oe_relations();
+	ReadContext cx = {0};
 	List	   *readers;
 	ListCell   *lc;
+	int32		taken;
 
-	check_not_null(fcinfo, 0, "consumer");
-	check_not_null(fcinfo, 1, "max_events");
-	check_not_null(fcinfo, 2, "partition");
-	max_events = PG_GETARG_INT32(1);
-	cx.partition = PG_GETARG_INT32(2);
-	if (max_events <= 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("invalid value for max_events: %d", max_events),
-				 errhint("Use a positive number: the most events %s returns.", fn)));
-	if (consume)
-		PreventCommandIfReadOnly(fn);
-
-	InitMaterializedSRF(fcinfo, 0);
-	rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	rels = oe_relations();
-
-	oe_internal_begin(&scope, rels->owner);
-	name = PG_GETARG_DATUM(0);
-	oe_run_plan(&plans[PLAN_CONSUMER], &name, NULL, SPI_OK_SELECT);
-	cx.consumer_id = DatumGetInt32(oe_result(0, 1, &isnull));
-	cx.partitions = DatumGetInt32(oe_result(0, 2, &isnull));
-	if (cx.partition < 0 || cx.partition >= cx.partitions)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("invalid value for partition: %d", cx.partition),
-				 errdetail("Consumer \"%s\" has %d partition(s).",
-						   TextDatumGetCString(name), cx.partitions),
-				 errhint("Use a partition from 0 to %d.", cx.partitions - 1)));
+	cx.consumer_id = consumer->consumer_id;
+	cx.partitions = consumer->partitions;
+	cx.partition = consumer->partition;
 
 	/* Wait for a reader of the partition to end, then see what it did. */
 	if (consume)
@@ -641,7 +647,7 @@ read_consumer(FunctionCallInfo fcinfo, bool consume)
 	readers = load_readers(&cx);
 	foreach(lc, readers)
 		begin_reader(lfirst(lc), &cx);
-	merge(&cx, readers, max_events, rsinfo);
+	taken = merge(&cx, readers, max_events, sink, arg);
 	foreach(lc, readers)
 		end_reader(lfirst(lc));
 
@@ -653,6 +659,62 @@ read_consumer(FunctionCallInfo fcinfo, bool consume)
 
 	if (consume)
 		advance_positions(&cx, readers);
+	return taken;
+}
+
+/* read()'s sink: a row of its result. */
+static void
+put_row(const OeReadEvent *event, void *arg)
+{
+	ReturnSetInfo *rsinfo = arg;
+	Datum		values[7];
+	bool		nulls[7] = {0};
+
+	values[0] = PointerGetDatum(event->stream);
+	values[1] = Int64GetDatum(event->seq);
+	values[2] = PointerGetDatum(event->key);
+	values[3] = event->payload;
+	nulls[3] = event->payload_null;
+	values[4] = TimestampTzGetDatum(event->event_ts);
+	values[5] = TimestampTzGetDatum(event->alignment_ts);
+	values[6] = TimestampTzGetDatum(event->stabilized_ts);
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+}
+
+/* read() and peek(): "consume" says which. */
+static Datum
+read_consumer(FunctionCallInfo fcinfo, bool consume)
+{
+	const char *fn = consume ? "read()" : "peek()";
+	OeConsumer	consumer;
+	OeInternalScope scope;
+	int32		max_events;
+
+	oe_check_not_null(fcinfo, 0, "consumer");
+	oe_check_not_null(fcinfo, 1, "max_events");
+	oe_check_not_null(fcinfo, 2, "partition");
+	max_events = PG_GETARG_INT32(1);
+	if (max_events <= 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid value for max_events: %d", max_events),
+				 errhint("Use a positive number: the most events %s returns.", fn)));
+	if (consume)
+		PreventCommandIfReadOnly(fn);
+
+	InitMaterializedSRF(fcinfo, 0);
+
+	oe_internal_begin(&scope, oe_relations()->owner);
+	oe_consumer_lookup(PG_GETARG_DATUM(0), PG_GETARG_INT32(2), &consumer);
+	if (consumer.handler != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+				 errmsg("consumer \"%s\" has a handler", consumer.name),
+				 errdetail("The extension reads it and applies its events to %s.",
+						   consumer.handler),
+				 errhint("See the views ordered_events.key_state and ordered_events.results; "
+						 "ordered_events.process() applies events by hand.")));
+	(void) oe_consumer_take(&consumer, max_events, consume, put_row, fcinfo->resultinfo);
 	oe_internal_end(&scope);
 	return (Datum) 0;
 }

@@ -3,8 +3,9 @@
  * dead_letter.c
  *	  Recording an event that will never be released in
  *	  ordered_events.unprocessed, with its reason: the one place that
- *	  writes dead letters, for ingest (rejections) and for release steps
- *	  (late events of skipped runs, events after a key's last one).
+ *	  writes dead letters, for ingest (rejections), for release steps
+ *	  (late events of skipped runs, events after a key's last one) and for
+ *	  handlers (an event whose handler raised an error).
  *
  * The row goes straight to the table (table_insert.c), so the caller needs
  * no privilege on it and nobody else can write it: a producer cannot forge
@@ -19,12 +20,13 @@
 
 /*
  * Record one dead letter.  payload (a jsonb datum) may be NULL; detail is a
- * sentence.
+ * sentence; consumer names the handler consumer whose handler raised, NULL
+ * for the stream's own rejections.
  */
 void
 oe_dead_letter(const char *stream, int64 seq, text *key, void *payload,
 			   TimestampTz event_ts, OeOutcome reason, const char *detail,
-			   TimestampTz received_at)
+			   TimestampTz received_at, const char *consumer)
 {
 	Datum		values[Natts_oe_unprocessed];
 	bool		isnull[Natts_oe_unprocessed] = {0};
@@ -38,6 +40,9 @@ oe_dead_letter(const char *stream, int64 seq, text *key, void *payload,
 	values[Anum_oe_unprocessed_reason - 1] = oe_outcome_datum(reason);
 	values[Anum_oe_unprocessed_detail - 1] = CStringGetTextDatum(detail);
 	values[Anum_oe_unprocessed_received_at - 1] = TimestampTzGetDatum(received_at);
+	if (consumer != NULL)
+		values[Anum_oe_unprocessed_consumer - 1] = CStringGetTextDatum(consumer);
+	isnull[Anum_oe_unprocessed_consumer - 1] = (consumer == NULL);
 	oe_insert_row(oe_relations()->unprocessed, values, isnull);
 }
 
@@ -59,5 +64,5 @@ oe_dead_letter_row(const char *stream, uint64 row, OeOutcome reason, const char 
 
 	if (detail == NULL)
 		detail = psprintf("Seq " INT64_FORMAT " committed after it was skipped.", seq);
-	oe_dead_letter(stream, seq, key, jsonb, event_ts, reason, detail, received_at);
+	oe_dead_letter(stream, seq, key, jsonb, event_ts, reason, detail, received_at, NULL);
 }

@@ -316,9 +316,9 @@ log_runs(OeStep *step)
 	values[1] = oe_result(0, 1, &isnull);
 	if (isnull)
 		values[1] = Int64GetDatum(0);
-	values[2] = oe_array(lanes, n, TEXTOID);
-	values[3] = oe_array(starts, n, INT8OID);
-	values[4] = oe_array(ends, n, INT8OID);
+	values[2] = oe_array(lanes, NULL, n, TEXTOID);
+	values[3] = oe_array(starts, NULL, n, INT8OID);
+	values[4] = oe_array(ends, NULL, n, INT8OID);
 	oe_run_plan(&plans[PLAN_LOG], values, NULL, SPI_OK_INSERT);
 }
 
@@ -359,10 +359,10 @@ add_totals(OeStep *step)
 		return;
 
 	values[0] = Int32GetDatum(step->stream->stream_id);
-	values[1] = oe_array(partition_counts, n, INT4OID);
-	values[2] = oe_array(partitions, n, INT4OID);
-	values[3] = oe_array(counts, n, INT8OID);
-	values[4] = oe_array(lags, n, TEXTOID);
+	values[1] = oe_array(partition_counts, NULL, n, INT4OID);
+	values[2] = oe_array(partitions, NULL, n, INT4OID);
+	values[3] = oe_array(counts, NULL, n, INT8OID);
+	values[4] = oe_array(lags, NULL, n, TEXTOID);
 	oe_run_plan(&plans[PLAN_ADD_TOTALS], values, NULL, SPI_OK_UPDATE);
 }
 

@@ -222,7 +222,7 @@ ingest_event(const OeStream *stream, const OeEvent *event)
 
 	if (outcome != OE_ACCEPTED)
 		oe_dead_letter(stream->name, event->seq, event->key, event->payload, event->event_ts,
-					   outcome, detail, GetCurrentTransactionStartTimestamp());
+					   outcome, detail, GetCurrentTransactionStartTimestamp(), NULL);
 	oe_note_events_written();
 	return outcome;
 }
@@ -306,20 +306,54 @@ oe_ingest(PG_FUNCTION_ARGS)
 	PG_RETURN_DATUM(oe_outcome_datum(ingest_event(&stream, &event)));
 }
 
+/* A fence stream, looked up for appending to it (see stream_for_ingest). */
+OeStream
+oe_stream_for_append(text *name)
+{
+	return stream_for_ingest(name, true);
+}
+
 /*
- * append(stream, key, payload, event_ts) returns bigint
- *
- * For fence streams: take the stream's next seq and write the event with it.
- * The transaction gets its xid before it takes the seq, so that the fence
- * (release.c) can tell from running xids alone who may still hold a seq.
+ * Take the fence stream's next seq and write the event with it; returns the
+ * seq.  The transaction gets its xid before it takes the seq, so that the
+ * fence (release.c) can tell from running xids alone who may still hold a
+ * seq.  append() and handlers' derived events (handler.c) come here.
  */
+int64
+oe_append_event(const OeStream *stream, OeEvent *event)
+{
+	OeOutcome	outcome;
+
+	oe_check_key(stream, event->key, NULL);
+	(void) GetTopTransactionId();
+	event->seq = nextval_internal(stream->fence_seq, false);
+	if (event->seq == PG_INT64_MAX)
+		ereport(ERROR,
+				(errcode(ERRCODE_SEQUENCE_GENERATOR_LIMIT_EXCEEDED),
+				 errmsg("stream \"%s\" has no seqs left", stream->name),
+				 errdetail("Seq %lld has no successor.", (long long) PG_INT64_MAX),
+				 errhint("Create a new stream for the producers to append to.")));
+
+	outcome = ingest_event(stream, event);
+	if (outcome == OE_GAP_SKIPPED)
+		ereport(ERROR,
+				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+				 errmsg("seq %lld of stream \"%s\" was skipped by a concurrent skip_gap()",
+						(long long) event->seq, stream->name),
+				 errhint("Retry the transaction: append() then takes a seq above the skipped ones.")));
+	if (outcome != OE_ACCEPTED)
+		elog(ERROR, "seq " INT64_FORMAT " allocated for stream \"%s\" was not accepted: %s",
+			 event->seq, stream->name, oe_outcome_name(outcome));
+	return event->seq;
+}
+
+/* append(stream, key, payload, event_ts) returns bigint: for fence streams. */
 PG_FUNCTION_INFO_V1(oe_append);
 Datum
 oe_append(PG_FUNCTION_ARGS)
 {
 	OeStream	stream;
 	OeEvent		event;
-	OeOutcome	outcome;
 
 	if (PG_ARGISNULL(0))
 		error_null_argument("stream");
@@ -334,27 +368,7 @@ oe_append(PG_FUNCTION_ARGS)
 	event.last_event = false;
 
 	stream = stream_for_ingest(PG_GETARG_TEXT_PP(0), true);
-	oe_check_key(&stream, event.key, NULL);
-	(void) GetTopTransactionId();
-	event.seq = nextval_internal(stream.fence_seq, false);
-	if (event.seq == PG_INT64_MAX)
-		ereport(ERROR,
-				(errcode(ERRCODE_SEQUENCE_GENERATOR_LIMIT_EXCEEDED),
-				 errmsg("stream \"%s\" has no seqs left", stream.name),
-				 errdetail("Seq %lld has no successor.", (long long) PG_INT64_MAX),
-				 errhint("Create a new stream for the producers to append to.")));
-
-	outcome = ingest_event(&stream, &event);
-	if (outcome == OE_GAP_SKIPPED)
-		ereport(ERROR,
-				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-				 errmsg("seq %lld of stream \"%s\" was skipped by a concurrent skip_gap()",
-						(long long) event.seq, stream.name),
-				 errhint("Retry the transaction: append() then takes a seq above the skipped ones.")));
-	if (outcome != OE_ACCEPTED)
-		elog(ERROR, "seq " INT64_FORMAT " allocated for stream \"%s\" was not accepted: %s",
-			 event.seq, stream.name, oe_outcome_name(outcome));
-	PG_RETURN_INT64(event.seq);
+	PG_RETURN_INT64(oe_append_event(&stream, &event));
 }
 
 /* The stream of the previous row of an inbox statement. */

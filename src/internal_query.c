@@ -119,14 +119,19 @@ oe_result(uint64 row, int col, bool *isnull)
 	return SPI_getbinval(SPI_tuptable->vals[row], SPI_tuptable->tupdesc, col, isnull);
 }
 
-/* A one-dimensional array of n elements of type elemtype, as a parameter. */
+/*
+ * A one-dimensional array of n elements of type elemtype, as a parameter;
+ * "nulls" may be NULL when no element is.
+ */
 Datum
-oe_array(Datum *elems, int n, Oid elemtype)
+oe_array(Datum *elems, bool *nulls, int n, Oid elemtype)
 {
 	int16		typlen;
 	bool		typbyval;
 	char		typalign;
+	int			lbound = 1;
 
 	get_typlenbyvalalign(elemtype, &typlen, &typbyval, &typalign);
-	return PointerGetDatum(construct_array(elems, n, elemtype, typlen, typbyval, typalign));
+	return PointerGetDatum(construct_md_array(elems, nulls, 1, &n, &lbound, elemtype,
+											  typlen, typbyval, typalign));
 }

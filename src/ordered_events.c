@@ -23,6 +23,7 @@ void		_PG_init(void);
 char	   *oe_databases = NULL;
 int			oe_naptime = 1000;
 bool		oe_enabled = true;
+int			oe_handler_timeout = 10000;
 
 /* The GUCs, all reloadable; the prefix ordered_events. is reserved. */
 static void
@@ -52,6 +53,14 @@ define_gucs(void)
 							 PGC_SIGHUP,
 							 0,
 							 NULL, NULL, NULL);
+	DefineCustomIntVariable("ordered_events.handler_timeout",
+							"Longest time one handler call may take before it is cancelled.",
+							"The event then goes to unprocessed as exception_thrown. 0 means no limit.",
+							&oe_handler_timeout,
+							10000, 0, INT_MAX,
+							PGC_SUSET,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
 	MarkGUCPrefixReserved("ordered_events");
 }
 

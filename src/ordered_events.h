@@ -59,7 +59,8 @@
 #define Anum_oe_unprocessed_reason		6
 #define Anum_oe_unprocessed_detail		7
 #define Anum_oe_unprocessed_received_at 8
-#define Natts_oe_unprocessed			8
+#define Anum_oe_unprocessed_consumer	9
+#define Natts_oe_unprocessed			9
 
 /* The labels of ordered_events.outcome, in declaration order. */
 typedef enum OeOutcome
@@ -70,6 +71,7 @@ typedef enum OeOutcome
 	OE_SEQUENCE_ID_OUTSIDE_VALID_RANGE,
 	OE_AFTER_LAST_EVENT,
 	OE_GAP_SKIPPED,
+	OE_EXCEPTION_THROWN,
 	OE_NUM_OUTCOMES
 } OeOutcome;
 
@@ -110,6 +112,8 @@ typedef struct OeRelations
 	Oid			lane_release_log_delivery_key;
 	Oid			arrival_seq;
 	Oid			outcome_type;
+	Oid			event_type;		/* composite ordered_events.event */
+	Oid			step_type;		/* composite ordered_events.step */
 } OeRelations;
 
 /* An event as a producer hands it over (ingest() or a row of inbox). */
@@ -188,6 +192,41 @@ typedef struct OeLane
 	uint64		lane_hash;		/* a per-key lane: its key's partition hash */
 } OeLane;
 
+/* A consumer, as read() and process() see it (consumer_read.c). */
+typedef struct OeConsumer
+{
+	const char *name;
+	int32		consumer_id;
+	int32		partitions;
+	int32		partition;		/* the one being read */
+	const char *handler;		/* signature, NULL without a handler */
+	Oid			owner;			/* the handler runs as this role */
+	text	   *output_stream;	/* derived events go there; NULL: results */
+	bool		align_processing;	/* alignment 'processing' */
+} OeConsumer;
+
+/*
+ * An event a consumer takes, handed to an OeEventSink.  Its pointers are
+ * valid during the call only.
+ */
+typedef struct OeReadEvent
+{
+	int32		stream_id;
+	text	   *stream;
+	int64		seq;
+	text	   *key;
+	Datum		payload;		/* jsonb, detoasted */
+	bool		payload_null;
+	bool		last_event;
+	TimestampTz event_ts;
+	TimestampTz alignment_ts;
+	TimestampTz stabilized_ts;
+	TimestampTz received_at;
+	int64		arrival;
+} OeReadEvent;
+
+typedef void (*OeEventSink) (const OeReadEvent *event, void *arg);
+
 /*
  * A prepared statement of the extension's own, kept for the backend.
  * cursor_options CURSOR_OPT_GENERIC_PLAN: for a hot query whose best plan
@@ -249,6 +288,7 @@ typedef struct OeShared
 extern char *oe_databases;
 extern int	oe_naptime;
 extern bool oe_enabled;
+extern int	oe_handler_timeout;
 
 /* The caller's identity while an internal query runs (internal_query.c). */
 typedef struct OeInternalScope
@@ -284,7 +324,7 @@ extern void oe_run_plan_latest(OePlan *plan, Datum *values, const char *nulls);
 extern void oe_run_plan_snapshot(OePlan *plan, Datum *values, const char *nulls,
 								 Snapshot snapshot);
 extern Datum oe_result(uint64 row, int col, bool *isnull);
-extern Datum oe_array(Datum *elems, int n, Oid elemtype);
+extern Datum oe_array(Datum *elems, bool *nulls, int n, Oid elemtype);
 
 /* table_insert.c */
 extern bool oe_insert_unique(Oid relid, Datum *values, bool *isnull);
@@ -293,9 +333,18 @@ extern void oe_insert_row(Oid relid, Datum *values, bool *isnull);
 /* dead_letter.c */
 extern void oe_dead_letter(const char *stream, int64 seq, text *key, void *payload,
 						   TimestampTz event_ts, OeOutcome reason, const char *detail,
-						   TimestampTz received_at);
+						   TimestampTz received_at, const char *consumer);
 extern void oe_dead_letter_row(const char *stream, uint64 row, OeOutcome reason,
 							   const char *detail);
+
+/* consumer_read.c */
+extern void oe_check_not_null(FunctionCallInfo fcinfo, int argno, const char *name);
+extern void oe_consumer_lookup(Datum name, int32 partition, OeConsumer *consumer);
+extern int32 oe_consumer_take(const OeConsumer *consumer, int32 max_events, bool consume,
+							  OeEventSink sink, void *arg);
+
+/* handler.c */
+extern int64 oe_process_partition(const char *consumer, int32 partition, int32 max_events);
 
 /* delivery.c */
 extern void oe_step_begin(OeStep *step, const OeStream *stream);
@@ -328,6 +377,10 @@ extern int64 oe_policy_skip_end(OeLane *lane, int64 gap_end, Snapshot snapshot,
 								const char **reason);
 extern bool oe_stored_xid(Datum value, bool isnull, FullTransactionId *xid);
 extern void oe_settle_runs(const OeStream *stream);
+
+/* ingest.c */
+extern OeStream oe_stream_for_append(text *name);
+extern int64 oe_append_event(const OeStream *stream, OeEvent *event);
 
 /* release.c */
 extern bool oe_lock_stream(OeStream *stream);

@@ -15,8 +15,12 @@
  * that wrote events sets (shmem.c), or for naptime.  Each cycle runs one
  * release step for every stream with a releasable event, oldest waiting
  * event first, each in its own transaction bounded by max_release_batch, so
- * one huge backlog cannot starve the other streams.  An error in one stream
- * is caught, logged once, shown in worker_status, and the cycle goes on.
+ * one huge backlog cannot starve the other streams.  Then it runs one
+ * processing step (handler.c) for every partition of a handler consumer
+ * with events to apply, each in its own transaction, so events released by
+ * the cycle are applied in the same cycle.  An error in one stream or
+ * partition is caught, logged once, shown in worker_status, and the cycle
+ * goes on.
  * A database without the extension is checked quietly every naptime.
  *
  * DROP DATABASE waits only a few seconds for other sessions to leave, and
@@ -56,6 +60,9 @@
 
 /* A worker waits this long for a lock before it gives up on a stream. */
 #define OE_WORKER_LOCK_TIMEOUT	"1s"
+
+/* The most events one processing step of the worker applies. */
+#define OE_PROCESS_BATCH		1000
 
 PGDLLEXPORT void oe_launcher_main(Datum arg);
 PGDLLEXPORT void oe_database_worker_main(Datum arg);
@@ -368,11 +375,12 @@ note_stream_failing(const char *name, bool failing)
 
 /*
  * A unit of work failed: abort its transaction, log the error when the
- * stream (NULL: the listing of streams) starts failing, and show it in
- * worker_status.  Call in PG_CATCH.
+ * unit starts failing, and show it in worker_status.  "what" says what
+ * failed, as in "could not <what>"; "unit" names it in worker_status.
+ * Call in PG_CATCH.
  */
 static void
-work_failed(const char *stream, MemoryContext cycle_context)
+work_failed(const char *what, const char *unit, MemoryContext cycle_context)
 {
 	ErrorData  *edata;
 
@@ -381,16 +389,11 @@ work_failed(const char *stream, MemoryContext cycle_context)
 	FlushErrorState();
 	AbortCurrentTransaction();
 
-	if (note_stream_failing(stream ? stream : "", true))
+	if (note_stream_failing(what, true))
 		ereport(LOG,
-				(stream ?
-				 errmsg("ordered_events could not release stream \"%s\": %s",
-						stream, edata->message) :
-				 errmsg("ordered_events could not list the streams with work: %s",
-						edata->message),
+				(errmsg("ordered_events could not %s: %s", what, edata->message),
 				 errhint("The worker retries every cycle; see ordered_events.worker_status.")));
-	oe_slot_set_error("%s%s: %s", stream ? "stream " : "",
-					  stream ? stream : "listing streams", edata->message);
+	oe_slot_set_error("%s: %s", unit, edata->message);
 	FreeErrorData(edata);
 }
 
@@ -425,6 +428,7 @@ end_work(void)
 static int64
 release_one(const char *name, MemoryContext cycle_context, bool *full)
 {
+	char	   *what = psprintf("release stream \"%s\"", name);
 	int64		released = -1;
 
 	*full = false;
@@ -436,15 +440,102 @@ release_one(const char *name, MemoryContext cycle_context, bool *full)
 			oe_release_stream(&stream) : 0;
 		*full = released > 0 && released >= stream.max_release_batch;
 		end_work();
-		note_stream_failing(name, false);
+		note_stream_failing(what, false);
 	}
 	PG_CATCH();
 	{
-		work_failed(name, cycle_context);
+		work_failed(what, psprintf("stream %s", name), cycle_context);
 		released = -1;
 	}
 	PG_END_TRY();
 	return released;
+}
+
+/* Whether a commit set the latch since it was last reset; does not wait. */
+static bool
+latch_is_set(void)
+{
+	return (WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 0,
+					  PG_WAIT_EXTENSION) & WL_LATCH_SET) != 0;
+}
+
+/* A handler consumer's partition with events to apply. */
+typedef struct ConsumerPartition
+{
+	char	   *consumer;
+	int32		partition;
+} ConsumerPartition;
+
+/*
+ * One processing step for a partition of a handler consumer, in its own
+ * transaction, like release_one().  Returns whether it applied a whole
+ * batch: the partition may have more.
+ */
+static bool
+process_one(const ConsumerPartition *cp, MemoryContext cycle_context)
+{
+	char	   *what = psprintf("process consumer \"%s\" partition %d",
+								cp->consumer, cp->partition);
+	int64		applied = 0;
+
+	PG_TRY();
+	{
+		if (begin_work())
+			applied = oe_process_partition(cp->consumer, cp->partition, OE_PROCESS_BATCH);
+		end_work();
+		note_stream_failing(what, false);
+	}
+	PG_CATCH();
+	{
+		work_failed(what, psprintf("consumer %s", cp->consumer), cycle_context);
+		applied = 0;
+	}
+	PG_END_TRY();
+	return applied >= OE_PROCESS_BATCH;
+}
+
+/*
+ * The handler consumers' partitions with events to apply (see
+ * consumers_with_work() in the install script), in cycle_context.
+ */
+static List *
+consumers_with_work(MemoryContext cycle_context)
+{
+	List	   *partitions = NIL;
+
+	PG_TRY();
+	{
+		if (begin_work())
+		{
+			OeInternalScope scope;
+
+			oe_internal_begin(&scope, oe_relations()->owner);
+			if (SPI_execute("SELECT consumer, partition FROM ordered_events.consumers_with_work()",
+							true, 0) != SPI_OK_SELECT)
+				elog(ERROR, "listing the consumers with work failed");
+			for (uint64 i = 0; i < SPI_processed; i++)
+			{
+				MemoryContext old = MemoryContextSwitchTo(cycle_context);
+				ConsumerPartition *cp = palloc(sizeof(ConsumerPartition));
+				bool		isnull;
+
+				cp->consumer = TextDatumGetCString(oe_result(i, 1, &isnull));
+				cp->partition = DatumGetInt32(oe_result(i, 2, &isnull));
+				partitions = lappend(partitions, cp);
+				MemoryContextSwitchTo(old);
+			}
+			oe_internal_end(&scope);
+		}
+		end_work();
+		note_stream_failing("list the consumers with work", false);
+	}
+	PG_CATCH();
+	{
+		work_failed("list the consumers with work", "listing consumers", cycle_context);
+		partitions = NIL;
+	}
+	PG_END_TRY();
+	return partitions;
 }
 
 /*
@@ -468,11 +559,11 @@ streams_with_work(MemoryContext cycle_context, List **streams)
 									   cycle_context);
 		}
 		end_work();
-		note_stream_failing("", false);
+		note_stream_failing("list the streams with work", false);
 	}
 	PG_CATCH();
 	{
-		work_failed(NULL, cycle_context);
+		work_failed("list the streams with work", "listing streams", cycle_context);
 		installed = true;
 	}
 	PG_END_TRY();
@@ -483,13 +574,16 @@ streams_with_work(MemoryContext cycle_context, List **streams)
  * One cycle: a release step for every stream with work, then more rounds of
  * one step each for the streams whose step filled its batch, until none is
  * left or a commit sets the latch (new work may wait elsewhere: the next
- * cycle looks first).  Returns true if some stream may have more to
- * release right away.
+ * cycle looks first).  Then the same for the handler consumers' partitions
+ * with events to apply: what was just released is processed in the same
+ * cycle.  Returns true if some stream or partition may have more work
+ * right away.
  */
 static bool
 run_cycle(MemoryContext cycle_context)
 {
 	List	   *streams;
+	List	   *partitions;
 	ListCell   *lc;
 	bool		more = false;
 	int64		released_total = 0;
@@ -517,9 +611,28 @@ run_cycle(MemoryContext cycle_context)
 				busy = lappend(busy, lfirst(lc));
 		}
 		streams = busy;
-		if (streams != NIL &&
-			WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 0,
-					  PG_WAIT_EXTENSION) & WL_LATCH_SET)
+		if (streams != NIL && latch_is_set())
+		{
+			more = true;
+			break;
+		}
+	}
+
+	/* Processing goes on even when a commit cut the releasing short. */
+	oe_slot_set_state("processing");
+	partitions = consumers_with_work(cycle_context);
+	while (partitions != NIL)
+	{
+		List	   *busy = NIL;
+
+		foreach(lc, partitions)
+		{
+			CHECK_FOR_INTERRUPTS();
+			if (process_one(lfirst(lc), cycle_context))
+				busy = lappend(busy, lfirst(lc));
+		}
+		partitions = busy;
+		if (partitions != NIL && latch_is_set())
 		{
 			more = true;
 			break;
