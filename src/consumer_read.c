@@ -2,7 +2,8 @@
  *
  * consumer_read.c
  *	  read() and peek(): a consumer's next events in merged order, and
- *	  key_partition().
+ *	  key_partition().  Processing steps of handler consumers (handler.c)
+ *	  take their events here too, through oe_consumer_take().
  *
  * A consumer partition has a position in each stream it subscribes to:
  * (read_delivery, read_seq), the release log row and seq of the last event

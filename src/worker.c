@@ -487,7 +487,15 @@ process_one(const ConsumerPartition *cp, MemoryContext cycle_context)
 	}
 	PG_CATCH();
 	{
-		work_failed(what, psprintf("consumer %s", cp->consumer), cycle_context);
+		/* process() by hand holds the partition: it is not an error. */
+		if (geterrcode() == ERRCODE_LOCK_NOT_AVAILABLE)
+		{
+			MemoryContextSwitchTo(cycle_context);
+			FlushErrorState();
+			AbortCurrentTransaction();
+		}
+		else
+			work_failed(what, psprintf("consumer %s", cp->consumer), cycle_context);
 		applied = 0;
 	}
 	PG_END_TRY();
