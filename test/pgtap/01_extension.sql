@@ -2,7 +2,7 @@
 -- object it owns inside that schema, the inventory of that schema, and the
 -- outcome enum.
 BEGIN;
-SELECT plan(17);
+SELECT plan(18);
 
 SELECT has_extension('ordered_events', 'ordered_events',
     'extension ordered_events is installed in schema ordered_events');
@@ -49,9 +49,9 @@ SELECT is_empty($$
     'schema ordered_events holds no function that is not part of the extension');
 
 -- The inventory of the schema, internal objects included, as 0.2 (issue 11:
--- consumers) leaves it after CREATE EXTENSION, which runs the 0.1 script and
--- the 0.1--0.2 update: an object the update forgot to drop, or a new one,
--- shows here.  fence_seq_<id> sequences come with fence streams; this
+-- consumers, issue 12: handlers) leaves it after CREATE EXTENSION, which runs
+-- the 0.1 script and the 0.1--0.2 update: an object the update forgot to
+-- drop, or a new one, shows here.  fence_seq_<id> sequences come with fence streams; this
 -- database has none.
 SELECT functions_are('ordered_events', ARRAY[
     -- streams, writing, releasing, reading
@@ -60,32 +60,43 @@ SELECT functions_are('ordered_events', ARRAY[
     -- consumers
     'create_consumer', 'drop_consumer', 'subscribe', 'unsubscribe', 'read', 'peek',
     'key_partition',
+    -- handlers
+    'process',
     -- internal
-    'blocking_transactions', 'check_not_null', 'check_release_options',
-    'committed_position', 'consumer_or_error', 'count_released', 'forget_unused_totals',
-    'inbox_insert', 'invalid_option', 'lag_us', 'lock_streams', 'read_here', 'stream_def_changed',
+    'blocking_transactions', 'check_handler', 'check_not_null', 'check_release_options',
+    'committed_position', 'consumer_or_error', 'consumers_with_work', 'count_released',
+    'define_consumer', 'forget_unused_totals',
+    'inbox_insert', 'invalid_option', 'lag_us', 'lock_streams', 'output_stream_or_error',
+    'read_here', 'stream_def_changed',
     'stream_id', 'stream_or_error', 'streams_with_work', 'worker_status_internal'],
     'schema ordered_events has exactly the functions of 0.2');
 SELECT tables_are('ordered_events', ARRAY[
     'unprocessed',
     -- internal
     'stream_def', 'event_store', 'progress', 'lane_release_log', 'gap_skips', 'key_arrivals',
-    'release_totals', 'consumer_def', 'subscription'],
+    'release_totals', 'consumer_def', 'subscription', 'handler_state', 'handler_result'],
     'schema ordered_events has exactly the tables of 0.2');
 SELECT views_are('ordered_events', ARRAY[
     'streams', 'inbox', 'released', 'pending', 'ranges', 'key_status', 'stream_stats',
-    'worker_status', 'skipped_gaps', 'consumers',
+    'worker_status', 'skipped_gaps', 'consumers', 'key_state', 'results',
     -- internal
     'accepted_events'],
     'schema ordered_events has exactly the views of 0.2');
-SELECT sequences_are('ordered_events', ARRAY['stream_id_seq', 'arrival_seq', 'consumer_id_seq'],
+SELECT sequences_are('ordered_events', ARRAY['stream_id_seq', 'arrival_seq', 'consumer_id_seq',
+                                             'result_position_seq'],
     'schema ordered_events has exactly the sequences of 0.2 (no fence stream exists)');
+
+-- The types of the schema: the enums and the handlers' composite types
+-- (the row types of the tables and views are not counted).
+SELECT types_are('ordered_events', ARRAY['outcome', 'sequencing', 'gap_policy', 'event', 'step'],
+    'schema ordered_events has exactly the types of 0.2');
 
 -- outcome: the labels of the contract, in order.
 SELECT has_enum('ordered_events', 'outcome', 'enum ordered_events.outcome exists');
 SELECT enum_has_labels('ordered_events', 'outcome',
     ARRAY['accepted', 'duplicate', 'before_initial_sequence',
-          'sequence_id_outside_valid_range', 'after_last_event', 'gap_skipped'],
+          'sequence_id_outside_valid_range', 'after_last_event', 'gap_skipped',
+          'exception_thrown'],
     'enum outcome has exactly the contract labels, in order');
 SELECT ok('accepted'::ordered_events.outcome < 'duplicate'::ordered_events.outcome
       AND 'after_last_event'::ordered_events.outcome < 'gap_skipped'::ordered_events.outcome,

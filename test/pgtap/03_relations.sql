@@ -3,7 +3,7 @@
 -- has exactly the contract's columns, in the contract's order, with their
 -- types.
 BEGIN;
-SELECT plan(118);
+SELECT plan(119);
 
 CREATE TEMP TABLE contract_column (
     rel name NOT NULL,
@@ -110,6 +110,7 @@ INSERT INTO contract_column (rel, pos, col, typ) VALUES
     ('unprocessed', 6, 'reason', 'ordered_events.outcome'),
     ('unprocessed', 7, 'detail', 'text'),
     ('unprocessed', 8, 'received_at', 'timestamp with time zone'),
+    ('unprocessed', 9, 'consumer', 'text'),     -- 0.2: the handler consumer of a dead letter
 
     ('skipped_gaps', 1, 'stream', 'text'),
     ('skipped_gaps', 2, 'key', 'text'),

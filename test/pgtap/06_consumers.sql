@@ -6,7 +6,7 @@
 -- message and a hint, changing nothing; what PUBLIC may execute; and
 -- key_partition() = (hashtextextended(key, 0) & 9223372036854775807) % n,
 -- the partition read() serves a key's events from.  The handler arguments
--- of create_consumer (section 5) come with issue 12.  Concurrency is in
+-- of create_consumer (section 5) are in 07_handlers.sql.  Concurrency is in
 -- test/isolation/specs/consumer_*.spec.
 BEGIN;
 SELECT plan(209);
@@ -25,8 +25,9 @@ CREATE TEMP TABLE contract_function (
 ) ON COMMIT DROP;
 
 INSERT INTO contract_function VALUES
-(1, 'create_consumer', '{text,integer}', 'void', 'volatile',
-    'consumer text, partitions integer DEFAULT 1', 'void'),
+(1, 'create_consumer', '{text,integer,regprocedure,text,text}', 'void', 'volatile',
+    'consumer text, partitions integer DEFAULT 1, handler regprocedure DEFAULT NULL::regprocedure, '
+    'output_stream text DEFAULT NULL::text, alignment text DEFAULT ''inherit''::text', 'void'),
 (2, 'drop_consumer', '{text}', 'void', 'volatile',
     'consumer text', 'void'),
 (3, 'subscribe', '{text,text,interval,text}', 'void', 'volatile',
@@ -308,7 +309,7 @@ SELECT throws_ok($$SELECT ordered_events.unsubscribe('tap_cons_gone', 'tap_cons_
 SELECT function_privs_are('ordered_events', f.name, f.args, 'public', f.privs,
            format('PUBLIC %s execute %s', CASE WHEN f.privs = '{}' THEN 'may not' ELSE 'may' END,
                   f.name))
-  FROM (VALUES (1, 'create_consumer'::name, '{text,integer}'::name[], '{}'::name[]),
+  FROM (VALUES (1, 'create_consumer'::name, '{text,integer,regprocedure,text,text}'::name[], '{}'::name[]),
                (2, 'drop_consumer', '{text}', '{}'),
                (3, 'subscribe', '{text,text,interval,text}', '{}'),
                (4, 'unsubscribe', '{text,text}', '{}'),
