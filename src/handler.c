@@ -342,7 +342,7 @@ disarm_timeout(Step *step)
 	if (step->outer_active && step->outer_at > GetCurrentTimestamp())
 		enable_timeout_at(STATEMENT_TIMEOUT, step->outer_at);
 	else
-		disable_timeout(STATEMENT_TIMEOUT, false);
+		disable_timeout(STATEMENT_TIMEOUT, true);	/* keep a cancel's reason */
 }
 
 /*
@@ -393,7 +393,8 @@ call_handler(Step *step, BatchEvent *e)
 	arm_timeout(step);
 	result = FunctionCallInvoke(fcinfo);
 	disarm_timeout(step);
-	AtEOXact_GUC(true, save_nestlevel);
+	CHECK_FOR_INTERRUPTS();		/* a limit that struck as the call returned */
+	AtEOXact_GUC(false, save_nestlevel);	/* undo its SETs, as index builds do */
 	SetUserIdAndSecContext(save_userid, save_sec_context);
 
 	/* A NULL step is a NULL state and no result. */
