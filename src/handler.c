@@ -38,6 +38,7 @@
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "utils/acl.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/hsearch.h"
@@ -153,6 +154,7 @@ typedef struct Step
 	/* the handler */
 	FmgrInfo	flinfo;
 	TupleDesc	event_desc;
+	int			timeout_ms;		/* its handler_timeout; 0: none */
 
 	/* the statement timeout as it was before a handler call */
 	bool		timeout_set;	/* a call's limit is armed */
@@ -260,6 +262,37 @@ load_states(Step *step)
 }
 
 /*
+ * The handler's time limit: ordered_events.handler_timeout, or the
+ * function's own setting of it (ALTER FUNCTION ... SET, which only a role
+ * that may set this superuser parameter can give).
+ */
+static int
+handler_timeout_of(HeapTuple proc_tuple)
+{
+	static const char prefix[] = "ordered_events.handler_timeout=";
+	bool		isnull;
+	Datum		config = SysCacheGetAttr(PROCOID, proc_tuple, Anum_pg_proc_proconfig, &isnull);
+	ArrayType  *array;
+	Datum	   *items;
+	int			nitems;
+	int			timeout_ms = oe_handler_timeout;
+
+	if (isnull)
+		return timeout_ms;
+	array = DatumGetArrayTypeP(config);
+	deconstruct_array(array, TEXTOID, -1, false, TYPALIGN_INT, &items, NULL, &nitems);
+	for (int i = 0; i < nitems; i++)
+	{
+		char	   *item = TextDatumGetCString(items[i]);
+
+		if (strncmp(item, prefix, sizeof(prefix) - 1) == 0 &&
+			!parse_int(item + sizeof(prefix) - 1, &timeout_ms, GUC_UNIT_MS, NULL))
+			timeout_ms = oe_handler_timeout;
+	}
+	return timeout_ms;
+}
+
+/*
  * The handler's function, checked again now: it may have been dropped,
  * replaced or revoked since the consumer was created.  Errors here are the
  * step's, not an event's: the events wait until the cause is fixed.
@@ -285,6 +318,7 @@ open_handler(Step *step)
 	if (!HeapTupleIsValid(tuple))
 		elog(ERROR, "cache lookup failed for function %u", fn);
 	proc = (Form_pg_proc) GETSTRUCT(tuple);
+	step->timeout_ms = handler_timeout_of(tuple);
 	if (proc->prorettype != oe_relations()->step_type || proc->proretset ||
 		proc->proisstrict || proc->prokind != PROKIND_FUNCTION)
 		ereport(ERROR,
@@ -323,9 +357,9 @@ arm_timeout(Step *step)
 	step->outer_active = get_timeout_active(STATEMENT_TIMEOUT);
 	if (step->outer_active)
 		step->outer_at = get_timeout_finish_time(STATEMENT_TIMEOUT);
-	if (oe_handler_timeout <= 0)
+	if (step->timeout_ms <= 0)
 		return;
-	step->deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), oe_handler_timeout);
+	step->deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), step->timeout_ms);
 	if (step->outer_active && step->outer_at <= step->deadline)
 		return;
 	enable_timeout_at(STATEMENT_TIMEOUT, step->deadline);
@@ -451,7 +485,7 @@ handler_error(Step *step, ErrorData *edata)
 	if (edata->sqlerrcode != ERRCODE_QUERY_CANCELED)
 		return true;
 	now = GetCurrentTimestamp();
-	return (oe_handler_timeout > 0 && now >= step->deadline) ||
+	return (step->timeout_ms > 0 && now >= step->deadline) ||
 		(step->outer_active && now >= step->outer_at);
 }
 
@@ -500,9 +534,9 @@ attempt(Step *step, int from, int to)
 		MemoryContextSwitchTo(step->cxt);
 		step->events[i].error =
 			psprintf("SQLSTATE %s: %s%s", unpack_sql_state(edata->sqlerrcode), edata->message,
-					 edata->sqlerrcode == ERRCODE_QUERY_CANCELED && oe_handler_timeout > 0 &&
+					 edata->sqlerrcode == ERRCODE_QUERY_CANCELED && step->timeout_ms > 0 &&
 					 GetCurrentTimestamp() >= step->deadline ?
-					 psprintf(" (ordered_events.handler_timeout is %d ms)", oe_handler_timeout) :
+					 psprintf(" (ordered_events.handler_timeout is %d ms)", step->timeout_ms) :
 					 "");
 		MemoryContextSwitchTo(old);
 		FreeErrorData(edata);
