@@ -268,4 +268,53 @@ is($node->safe_psql('postgres', q{
 	  . "f/2/0 g/11/0 k/7/0 g/2/0",
 	'the next read gets the events ingested after the update, ties broken by arrival; start \'now\' gets only those');
 
+# Handlers on the updated data (issue 12): a handler consumer subscribed
+# with start 'beginning' applies every event released before and after the
+# update, each key's in its order, with its state carried; the dead letter
+# of its handler names the consumer and leaves the streams' counts of 0.1's
+# dead letters as they were.  The handler keeps per key n and the list of
+# its events; g/3 raises division by zero.  g's keys are k0, k1, k; k's are
+# a, b, c.
+$node->safe_psql('postgres', q{
+	CREATE FUNCTION public.up_fn(state jsonb, e ordered_events.event)
+	RETURNS ordered_events.step LANGUAGE sql AS $$
+		SELECT ROW(pg_catalog.jsonb_build_object('n', coalesce((state ->> 'n')::integer, 0) + 1,
+		                                         'seen', coalesce(state -> 'seen', '[]') || to_jsonb(e.seq)),
+		           pg_catalog.jsonb_build_object('seq', e.seq,
+		                                         'ok', 1 / CASE WHEN e.stream = 'g' AND e.seq = 3 THEN 0 ELSE 1 END))::ordered_events.step
+	$$;
+	SELECT ordered_events.create_consumer('uph', handler => 'public.up_fn(jsonb, ordered_events.event)');
+	SELECT ordered_events.subscribe('uph', s, start => 'beginning') FROM unnest(ARRAY['g', 'k']) s;
+});
+my $counts_sql = q{
+	SELECT string_agg(format('%s/%s', stream, unprocessed_count), ' ' ORDER BY stream)
+	  FROM ordered_events.stream_stats;
+	SELECT string_agg(format('%s/%s/%s', stream, key, duplicate_count), ' ' ORDER BY stream, key)
+	  FROM ordered_events.key_status};
+my $counts_before = $node->safe_psql('postgres', $counts_sql);
+is($node->safe_psql('postgres', q{
+	SELECT ordered_events.process('uph');
+	SELECT ordered_events.process('uph')}),
+	"18\n0", 'process() applies the 18 released events of g and k, then finds none');
+is($node->safe_psql('postgres', q{
+	SELECT string_agg(format('%s:%s %s/%s/%s', key, state, processed_count, error_count, last_seq),
+	                  E'\n' ORDER BY key)
+	  FROM ordered_events.key_state WHERE consumer = 'uph'}),
+	qq{a:{"n": 4, "seen": [1, 2, 3, 4]} 4/0/4\n}
+	  . qq{b:{"n": 2, "seen": [1, 2]} 2/0/2\n}
+	  . qq{c:{"n": 1, "seen": [1]} 1/0/1\n}
+	  . qq{k:{"n": 5, "seen": [7, 8, 10, 11, 12]} 5/0/12\n}
+	  . qq{k0:{"n": 2, "seen": [2, 6]} 2/0/6\n}
+	  . qq{k1:{"n": 3, "seen": [1, 5, 9]} 4/1/9},
+	'key_state: each key\'s events in order, old and new, the failed g/3 counted but not in the state');
+is($node->safe_psql('postgres', q{
+	SELECT count(*), count(DISTINCT (stream, seq, key)) FROM ordered_events.results WHERE consumer = 'uph';
+	SELECT string_agg(format('%s/%s/%s/%s/%s', stream, seq, key, reason, detail), ' ')
+	  FROM ordered_events.unprocessed WHERE consumer = 'uph';
+	SELECT count(*) FROM ordered_events.unprocessed WHERE consumer IS NULL}),
+	"17|17\ng/3/k1/exception_thrown/SQLSTATE 22012: division by zero\n3",
+	'one result per event that held; the handler\'s dead letter names the consumer, 0.1\'s have none');
+is($node->safe_psql('postgres', $counts_sql), $counts_before,
+	'stream_stats and key_status do not count the handler\'s dead letter');
+
 done_testing();
