@@ -1,4 +1,5 @@
--- make demo: the seed example, released by the background worker.
+-- make demo: the seed example, released by the background worker; a consumer;
+-- a handler.
 \set QUIET on
 \pset footer off
 CREATE EXTENSION ordered_events;
@@ -112,3 +113,54 @@ SELECT stream, seq, key, alignment_ts::time, stabilized_ts::time FROM ordered_ev
 SELECT consumer, stream, delay, consumed_count, unread_count, bias,
        last_read_at IS NOT NULL AS has_read
   FROM ordered_events.consumers;
+
+-- Handlers: the extension applies each key's events to a state machine;
+-- README.md, "Processing with handlers".
+\echo
+\echo '=== Processing with handlers: an order state machine ==='
+\echo 'shop.order_fsm(state, event) takes an order from created to paid to shipped;'
+\echo 'any other step raises an error.  The worker applies the events of "orders"'
+\echo 'to it, key by key in seq order, and stores each key''s state and the results.'
+CREATE SCHEMA shop;
+CREATE FUNCTION shop.order_fsm(state jsonb, e ordered_events.event)
+RETURNS ordered_events.step
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    op     text := e.payload ->> 'op';
+    status text := state ->> 'status';          -- NULL: the order's first event
+    next   text := CASE
+        WHEN status IS NULL     AND op = 'create' THEN 'created'
+        WHEN status = 'created' AND op = 'pay'    THEN 'paid'
+        WHEN status = 'paid'    AND op = 'ship'   THEN 'shipped'
+    END;
+BEGIN
+    IF next IS NULL THEN
+        RAISE EXCEPTION 'order %: cannot % when %', e.key, op, coalesce(status, 'new');
+    END IF;
+    RETURN (jsonb_build_object('status', next),         -- the key's new state
+            jsonb_build_object('status', next))::ordered_events.step;   -- the result
+END;
+$$;
+SELECT ordered_events.create_consumer('order_fsm',
+           handler => 'shop.order_fsm(jsonb, ordered_events.event)') \gset
+SELECT ordered_events.subscribe('order_fsm', 'orders') \gset
+-- Wait (at most 10 s) for the worker to apply the 7 released events.
+DO $$
+BEGIN
+    FOR i IN 1 .. 200 LOOP
+        EXIT WHEN (SELECT sum(processed_count) FROM ordered_events.key_state
+                    WHERE consumer = 'order_fsm') = 7;
+        PERFORM pg_sleep(0.05);
+    END LOOP;
+END $$;
+\echo '--- each key''s state (key1''s refund raised: an error, its state stays)'
+SELECT key, state, last_seq, processed_count, error_count
+  FROM ordered_events.key_state WHERE consumer = 'order_fsm' ORDER BY key;
+\echo '--- the results, in processing order'
+SELECT position, seq, key, result FROM ordered_events.results WHERE consumer = 'order_fsm';
+\echo '--- the event whose handler raised: a dead letter of the consumer'
+SELECT consumer, seq, key, reason, detail FROM ordered_events.unprocessed
+ WHERE consumer IS NOT NULL;
+\echo '--- nobody called process(): the background worker did'
+SELECT database, state, last_error FROM ordered_events.worker_status;
