@@ -91,7 +91,7 @@ DROP TABLE priv_t, priv_t2;
 -- consumers (0.2): the operator creates and subscribes consumers, the
 -- consumer role reads them with EXECUTE on read() and peek() alone, the
 -- monitor watches the consumers view
-GRANT EXECUTE ON FUNCTION ordered_events.create_consumer(text, integer),
+GRANT EXECUTE ON FUNCTION ordered_events.create_consumer(text, integer, regprocedure, text, text),
                           ordered_events.drop_consumer(text),
                           ordered_events.subscribe(text, text, interval, text),
                           ordered_events.unsubscribe(text, text) TO regress_oe_operator;
@@ -162,6 +162,63 @@ SELECT ordered_events.key_partition('k1', 4) = (hashtextextended('k1', 0) & 9223
 RESET ROLE;
 SELECT consumer, stream, consumed_count, unread_count FROM ordered_events.consumers;
 
+-- handlers (0.2, README.md "Security"): the handler owner creates a handler
+-- consumer with its own function, the processor applies its events with
+-- EXECUTE on process() alone (the handler runs as its owner, not as the
+-- processor), the reporting role reads key_state and results; none of
+-- them may do the others' part, and a role with PUBLIC's rights none
+CREATE ROLE regress_oe_handler_owner;
+CREATE ROLE regress_oe_processor;
+CREATE ROLE regress_oe_reporting;
+GRANT USAGE ON SCHEMA ordered_events
+   TO regress_oe_handler_owner, regress_oe_processor, regress_oe_reporting;
+GRANT EXECUTE ON FUNCTION ordered_events.create_consumer(text, integer, regprocedure, text, text),
+                          ordered_events.subscribe(text, text, interval, text),
+                          ordered_events.drop_consumer(text) TO regress_oe_handler_owner;
+GRANT EXECUTE ON FUNCTION ordered_events.process(text, integer, integer) TO regress_oe_processor;
+GRANT SELECT ON ordered_events.key_state, ordered_events.results TO regress_oe_reporting;
+CREATE FUNCTION public.priv_whoami(state jsonb, e ordered_events.event)
+RETURNS ordered_events.step
+LANGUAGE sql AS $$
+    SELECT ROW(to_jsonb(coalesce(state::int, 0) + 1), to_jsonb(current_user::text))::ordered_events.step
+$$;
+ALTER FUNCTION public.priv_whoami(jsonb, ordered_events.event) OWNER TO regress_oe_handler_owner;
+REVOKE EXECUTE ON FUNCTION public.priv_whoami(jsonb, ordered_events.event) FROM PUBLIC;
+SET ROLE regress_oe_handler_owner;
+SELECT ordered_events.create_consumer('priv_h', handler => 'public.priv_whoami(jsonb, ordered_events.event)');
+SELECT ordered_events.subscribe('priv_h', 'priv_c');
+-- ... but does not process, nor read the states and results
+SELECT ordered_events.process('priv_h');
+SELECT count(*) FROM ordered_events.key_state;
+SELECT count(*) FROM ordered_events.results;
+RESET ROLE;
+SET ROLE regress_oe_processor;
+SELECT ordered_events.process('priv_h', 2);
+-- ... but reads no state or result, and cannot read the consumer
+SELECT count(*) FROM ordered_events.key_state;
+SELECT count(*) FROM ordered_events.results;
+SELECT count(*) FROM ordered_events.handler_state;
+SELECT * FROM ordered_events.peek('priv_h');
+RESET ROLE;
+SET ROLE regress_oe_reporting;
+-- the handler ran as its owner
+SELECT key, result FROM ordered_events.results WHERE consumer = 'priv_h' ORDER BY position;
+SELECT key, state, processed_count FROM ordered_events.key_state WHERE consumer = 'priv_h' ORDER BY key;
+SELECT ordered_events.process('priv_h');
+SELECT count(*) FROM ordered_events.handler_result;
+RESET ROLE;
+SET ROLE regress_oe_nobody;
+SELECT ordered_events.process('priv_h');
+SELECT count(*) FROM ordered_events.key_state;
+SELECT count(*) FROM ordered_events.results;
+RESET ROLE;
+-- nothing was applied but by the processor: 1 event left
+SELECT ordered_events.process('priv_h');
+SET ROLE regress_oe_handler_owner;
+SELECT ordered_events.drop_consumer('priv_h');
+RESET ROLE;
+DROP FUNCTION public.priv_whoami(jsonb, ordered_events.event);
+
 -- PUBLIC may not write, nor call the internal functions
 SELECT p.proname, has_function_privilege('public', p.oid, 'EXECUTE') AS public_may_execute
   FROM pg_proc p
@@ -172,19 +229,23 @@ SELECT p.proname, has_function_privilege('public', p.oid, 'EXECUTE') AS public_m
                      'stream_id',
                      'create_consumer', 'drop_consumer', 'subscribe', 'unsubscribe', 'read',
                      'peek', 'key_partition', 'count_released', 'forget_unused_totals',
-                     'lock_streams', 'consumer_or_error', 'check_not_null', 'lag_us')
+                     'lock_streams', 'consumer_or_error', 'check_not_null', 'lag_us',
+                     'process', 'check_handler', 'define_consumer', 'output_stream_or_error',
+                     'consumers_with_work')
  ORDER BY p.proname;
 
 SELECT has_table_privilege('public', c.oid, 'SELECT') AS public_may_select, c.relname
   FROM pg_class c
  WHERE c.relnamespace = 'ordered_events'::regnamespace
-   AND c.relname IN ('consumers', 'consumer_def', 'subscription', 'release_totals')
+   AND c.relname IN ('consumers', 'consumer_def', 'subscription', 'release_totals',
+                     'key_state', 'results', 'handler_state', 'handler_result',
+                     'result_position_seq')
  ORDER BY c.relname;
 
 SELECT ordered_events.drop_consumer('priv_cons');
 SELECT ordered_events.drop_stream('priv_o'), ordered_events.drop_stream('priv_f'),
        ordered_events.drop_stream('priv_c');
 DROP OWNED BY regress_oe_producer, regress_oe_consumer, regress_oe_operator, regress_oe_monitor,
-              regress_oe_nobody;
+              regress_oe_nobody, regress_oe_handler_owner, regress_oe_processor, regress_oe_reporting;
 DROP ROLE regress_oe_producer, regress_oe_consumer, regress_oe_operator, regress_oe_monitor,
-          regress_oe_nobody;
+          regress_oe_nobody, regress_oe_handler_owner, regress_oe_processor, regress_oe_reporting;
