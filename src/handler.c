@@ -263,8 +263,8 @@ load_states(Step *step)
 
 /*
  * The handler's time limit: ordered_events.handler_timeout, or the
- * function's own setting of it (ALTER FUNCTION ... SET, which only a role
- * that may set this superuser parameter can give).
+ * function's own setting of it (ALTER FUNCTION ... SET) if that is lower:
+ * a handler's owner may shorten its limit, never lengthen or lift it.
  */
 static int
 handler_timeout_of(HeapTuple proc_tuple)
@@ -276,6 +276,7 @@ handler_timeout_of(HeapTuple proc_tuple)
 	Datum	   *items;
 	int			nitems;
 	int			timeout_ms = oe_handler_timeout;
+	int			own;
 
 	if (isnull)
 		return timeout_ms;
@@ -286,8 +287,9 @@ handler_timeout_of(HeapTuple proc_tuple)
 		char	   *item = TextDatumGetCString(items[i]);
 
 		if (strncmp(item, prefix, sizeof(prefix) - 1) == 0 &&
-			!parse_int(item + sizeof(prefix) - 1, &timeout_ms, GUC_UNIT_MS, NULL))
-			timeout_ms = oe_handler_timeout;
+			parse_int(item + sizeof(prefix) - 1, &own, GUC_UNIT_MS, NULL) &&
+			own > 0 && (timeout_ms <= 0 || own < timeout_ms))
+			timeout_ms = own;
 	}
 	return timeout_ms;
 }

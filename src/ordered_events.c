@@ -55,10 +55,11 @@ define_gucs(void)
 							 NULL, NULL, NULL);
 	DefineCustomIntVariable("ordered_events.handler_timeout",
 							"Longest time one handler call may take before it is cancelled.",
-							"The event then goes to unprocessed as exception_thrown. 0 means no limit.",
+							"The event then goes to unprocessed as exception_thrown. 0 means no limit. "
+							"A handler function's own setting may lower it, not raise it.",
 							&oe_handler_timeout,
 							10000, 0, INT_MAX,
-							PGC_SUSET,
+							PGC_USERSET,
 							GUC_UNIT_MS,
 							NULL, NULL, NULL);
 	MarkGUCPrefixReserved("ordered_events");
