@@ -721,12 +721,28 @@ save_dead_letters(Step *step)
 }
 
 /*
+ * Apply the batch with the server's lock_timeout instead of the worker's
+ * short one, which guards the worker's own queries: a handler that waits
+ * for a lock is bounded by its handler_timeout, as under process().
+ */
+static void
+apply_all_in_worker(Step *step)
+{
+	int			save_nestlevel = NewGUCNestLevel();
+
+	(void) set_config_option("lock_timeout", GetConfigOptionResetString("lock_timeout"),
+							 PGC_SUSET, PGC_S_OVERRIDE, GUC_ACTION_SAVE, true, 0, false);
+	apply_all(step);
+	AtEOXact_GUC(true, save_nestlevel);
+}
+
+/*
  * One processing step of a handler consumer's partition: at most
  * max_events events.  Call inside an internal scope.  Returns the number of
  * events applied, errors included.
  */
 static int64
-process_step(const OeConsumer *consumer, int32 max_events)
+process_step(const OeConsumer *consumer, int32 max_events, bool in_worker)
 {
 	TimestampTz step_start = GetCurrentTimestamp();
 	Step		step = {0};
@@ -753,7 +769,10 @@ process_step(const OeConsumer *consumer, int32 max_events)
 	if (step.nevents > 0)
 	{
 		load_states(&step);
-		apply_all(&step);
+		if (in_worker)
+			apply_all_in_worker(&step);
+		else
+			apply_all(&step);
 		save_states(&step);
 		if (consumer->output_stream != NULL)
 			derive_events(&step, step_start);
@@ -790,7 +809,7 @@ oe_process_partition(const char *name, int32 partition, int32 max_events)
 	oe_internal_begin(&scope, oe_relations()->owner);
 	oe_consumer_lookup(CStringGetTextDatum(name), partition, &consumer);
 	check_has_handler(&consumer);
-	applied = process_step(&consumer, max_events);
+	applied = process_step(&consumer, max_events, true);
 	oe_internal_end(&scope);
 	return applied;
 }
@@ -822,7 +841,7 @@ oe_process(PG_FUNCTION_ARGS)
 	oe_internal_begin(&scope, oe_relations()->owner);
 	oe_consumer_lookup(PG_GETARG_DATUM(0), PG_GETARG_INT32(2), &consumer);
 	check_has_handler(&consumer);
-	applied = process_step(&consumer, max_events);
+	applied = process_step(&consumer, max_events, false);
 	oe_internal_end(&scope);
 	PG_RETURN_INT64(applied);
 }
