@@ -318,6 +318,37 @@ SELECT rolsuper FROM pg_roles WHERE rolname = 'regress_oe_he_owner';
 SELECT count(*) AS he_tmp_tables FROM pg_class WHERE relname = 'he_tmp';
 
 --
+-- A handler's own setting (ALTER FUNCTION ... SET) may lower the limit,
+-- never raise it.  he_nap_low (own limit 100 ms) runs under the default
+-- limit of 10 s; he_nap_high (own limit 1 h) under a session limit of 100
+-- ms.  Both sleep 5 s on "sleep": both are stopped at 100 ms, the detail
+-- names the limit that applied.
+--
+CREATE FUNCTION public.he_nap_low(state jsonb, e ordered_events.event) RETURNS ordered_events.step
+LANGUAGE sql AS $$
+    SELECT ROW(NULL, to_jsonb(pg_catalog.pg_sleep(CASE WHEN e.payload = '"sleep"' THEN 5 ELSE 0 END)::text))::ordered_events.step
+$$;
+CREATE FUNCTION public.he_nap_high(state jsonb, e ordered_events.event) RETURNS ordered_events.step
+LANGUAGE sql AS $$
+    SELECT ROW(NULL, to_jsonb(pg_catalog.pg_sleep(CASE WHEN e.payload = '"sleep"' THEN 5 ELSE 0 END)::text))::ordered_events.step
+$$;
+ALTER FUNCTION public.he_nap_low(jsonb, ordered_events.event) SET ordered_events.handler_timeout = '100ms';
+ALTER FUNCTION public.he_nap_high(jsonb, ordered_events.event) SET ordered_events.handler_timeout = '1h';
+SELECT ordered_events.create_stream('he_naps');
+SELECT ordered_events.ingest('he_naps', 1, 'k1', '"sleep"'), ordered_events.ingest('he_naps', 2, 'k2', '"wake"');
+SELECT ordered_events.release('he_naps');
+SELECT ordered_events.create_consumer(c, handler => format('public.%s(jsonb, ordered_events.event)', c)::regprocedure)
+  FROM unnest('{he_nap_low,he_nap_high}'::text[]) c;
+SELECT ordered_events.subscribe(c, 'he_naps') FROM unnest('{he_nap_low,he_nap_high}'::text[]) c;
+SHOW ordered_events.handler_timeout;
+SELECT ordered_events.process('he_nap_low');
+SET ordered_events.handler_timeout = '100ms';
+SELECT ordered_events.process('he_nap_high');
+RESET ordered_events.handler_timeout;
+SELECT consumer, seq, detail FROM ordered_events.unprocessed WHERE stream = 'he_naps' ORDER BY consumer;
+SELECT consumer, seq FROM ordered_events.results WHERE stream = 'he_naps' ORDER BY consumer;
+
+--
 -- drop_consumer removes a handler consumer's key states and results.
 --
 SELECT (SELECT count(*) FROM ordered_events.key_state WHERE consumer = 'he_fragile') AS states,
@@ -326,7 +357,8 @@ SELECT ordered_events.drop_consumer('he_fragile');
 SELECT (SELECT count(*) FROM ordered_events.key_state WHERE consumer = 'he_fragile') AS states,
        (SELECT count(*) FROM ordered_events.results WHERE consumer = 'he_fragile') AS results;
 -- and once he_out is dropped, its output stream can be
-SELECT ordered_events.drop_consumer(c) FROM unnest('{he_plain,he_h,he_out,he_act}'::text[]) c;
+SELECT ordered_events.drop_consumer(c)
+  FROM unnest('{he_plain,he_h,he_out,he_act,he_nap_low,he_nap_high}'::text[]) c;
 SELECT ordered_events.drop_stream(stream) FROM ordered_events.streams
  WHERE stream LIKE 'he\_%' ORDER BY stream;
 DROP TABLE public.he_secret;
@@ -335,7 +367,8 @@ DROP FUNCTION public.he_count(jsonb, ordered_events.event), public.he_two_jsonb(
     public.he_swapped(ordered_events.event, jsonb), public.he_jsonb(jsonb, ordered_events.event),
     public.he_setof(jsonb, ordered_events.event), public.he_strict(jsonb, ordered_events.event),
     public.he_private(jsonb, ordered_events.event), public.he_fragile(jsonb, ordered_events.event),
-    public.he_act(jsonb, ordered_events.event);
+    public.he_act(jsonb, ordered_events.event), public.he_nap_low(jsonb, ordered_events.event),
+    public.he_nap_high(jsonb, ordered_events.event);
 DROP PROCEDURE public.he_proc(jsonb, ordered_events.event);
 DROP OWNED BY regress_oe_he_owner;
 DROP ROLE regress_oe_he_owner;
