@@ -721,17 +721,17 @@ save_dead_letters(Step *step)
 }
 
 /*
- * Apply the batch with the server's lock_timeout instead of the worker's
- * short one, which guards the worker's own queries: a handler that waits
- * for a lock is bounded by its handler_timeout, as under process().
+ * Apply the batch without the worker's short lock_timeout, which guards
+ * the worker's own queries: a handler that waits for a lock is bounded by
+ * its handler_timeout, and a passing lock conflict is no dead letter.
  */
 static void
 apply_all_in_worker(Step *step)
 {
 	int			save_nestlevel = NewGUCNestLevel();
 
-	(void) set_config_option("lock_timeout", GetConfigOptionResetString("lock_timeout"),
-							 PGC_SUSET, PGC_S_OVERRIDE, GUC_ACTION_SAVE, true, 0, false);
+	(void) set_config_option("lock_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE,
+							 GUC_ACTION_SAVE, true, 0, false);
 	apply_all(step);
 	AtEOXact_GUC(true, save_nestlevel);
 }
