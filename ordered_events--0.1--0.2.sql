@@ -1019,11 +1019,13 @@ BEGIN
     PERFORM ordered_events.lock_streams(streams);
     -- Waits for a read of the consumer in progress (it locks these rows).
     DELETE FROM ordered_events.consumer_def d WHERE d.consumer_id = c.consumer_id;
+    -- its handler's dead letters go with it, as a stream's go with drop_stream()
+    DELETE FROM ordered_events.unprocessed u WHERE u.consumer = c.consumer;
     PERFORM ordered_events.forget_unused_totals(id) FROM unnest(streams) id;
 END;
 $$;
 COMMENT ON FUNCTION ordered_events.drop_consumer(text) IS
-    'Drop a consumer and its positions';
+    'Drop a consumer, its positions, and a handler consumer''s states, results and dead letters';
 
 CREATE FUNCTION ordered_events.subscribe(
     consumer text,

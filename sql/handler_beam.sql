@@ -297,9 +297,8 @@ SELECT * FROM pg_temp.states('hb_pk_c');
 SELECT seq, key, reason, consumer FROM ordered_events.unprocessed WHERE stream = 'hb_pk';
 
 --
--- drop_consumer removes the states and results; the handler's dead letters
--- stay with their stream (the record of what was not processed) until
--- drop_stream.
+-- drop_consumer removes the states, the results and the handler's dead
+-- letters; the stream's own dead letters stay.
 --
 SELECT (SELECT count(*) FROM ordered_events.key_state WHERE consumer LIKE 'hb\_%') AS states,
        (SELECT count(*) FROM ordered_events.results WHERE consumer LIKE 'hb\_%') AS results;
@@ -308,6 +307,8 @@ SELECT ordered_events.drop_consumer(c)
 SELECT count(*) AS states FROM ordered_events.key_state WHERE consumer LIKE 'hb\_%';
 SELECT count(*) AS results FROM ordered_events.results WHERE consumer LIKE 'hb\_%';
 SELECT count(*) AS letters FROM ordered_events.unprocessed WHERE consumer LIKE 'hb\_%';
+SELECT count(*) AS stream_letters FROM ordered_events.unprocessed
+ WHERE stream LIKE 'hb\_%' AND consumer IS NULL;
 SELECT ordered_events.drop_stream(stream) FROM ordered_events.streams
  WHERE stream LIKE 'hb\_%' ORDER BY stream;
 SELECT count(*) AS letters FROM ordered_events.unprocessed WHERE stream LIKE 'hb\_%';
