@@ -23,8 +23,9 @@
  * on.  Errors are caught by subtransactions, one per batch, not one per
  * event: the batch's calls run in one; after an error, the events before
  * the failing one run again in a new one (the rollback undid them), then
- * the failing one alone, then the rest.  A cancel that is not a timeout
- * is not the handler's: it ends the step, which then changes nothing.
+ * the rest from the failing one on.  An error raised by the first call of
+ * a subtransaction is that event's for good.  A cancel that is not a
+ * timeout is not the handler's: it ends the step, which changes nothing.
  *
  *-------------------------------------------------------------------------
  */
@@ -150,6 +151,7 @@ typedef struct Step
 	int			max_events;		/* room in events */
 	HTAB	   *keys;			/* KeyStates by key */
 	int			attempt;
+	char	   *error;			/* what the last failed attempt's handler raised */
 
 	/* the handler */
 	FmgrInfo	flinfo;
@@ -475,26 +477,30 @@ keep_attempt(Step *step, int from, int to)
 }
 
 /*
- * Whether an error belongs to the handler's event.  A cancel does only if
- * it is a timeout: ours, or the caller's statement_timeout that struck
- * inside the handler; a cancel by request ends the step.
+ * The error as its event's dead letter says it, or NULL if it is not the
+ * handler's.  A cancel is only if it is a timeout: ours, or the caller's
+ * statement_timeout that struck inside the handler; a cancel by request
+ * ends the step.
  */
-static bool
+static char *
 handler_error(Step *step, ErrorData *edata)
 {
-	TimestampTz now;
+	TimestampTz now = GetCurrentTimestamp();
+	bool		ours = step->timeout_ms > 0 && now >= step->deadline;
 
-	if (edata->sqlerrcode != ERRCODE_QUERY_CANCELED)
-		return true;
-	now = GetCurrentTimestamp();
-	return (step->timeout_ms > 0 && now >= step->deadline) ||
-		(step->outer_active && now >= step->outer_at);
+	if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED &&
+		!ours && !(step->outer_active && now >= step->outer_at))
+		return NULL;
+	return psprintf("SQLSTATE %s: %s%s", unpack_sql_state(edata->sqlerrcode), edata->message,
+					edata->sqlerrcode == ERRCODE_QUERY_CANCELED && ours ?
+					psprintf(" (ordered_events.handler_timeout is %d ms)", step->timeout_ms) :
+					"");
 }
 
 /*
  * Apply events from..to-1 in one subtransaction.  Returns -1 if every call
  * returned; otherwise the index of the event whose handler raised, after
- * rolling the subtransaction back and noting the error on the event.
+ * rolling the subtransaction back, with the error in step->error.
  */
 static int
 attempt(Step *step, int from, int to)
@@ -530,17 +536,11 @@ attempt(Step *step, int from, int to)
 		MemoryContextSwitchTo(old);
 		CurrentResourceOwner = oldowner;
 		MemoryContextReset(step->call_cxt);
-		if (!handler_error(step, edata))
-			ReThrowError(edata);
-
 		MemoryContextSwitchTo(step->cxt);
-		step->events[i].error =
-			psprintf("SQLSTATE %s: %s%s", unpack_sql_state(edata->sqlerrcode), edata->message,
-					 edata->sqlerrcode == ERRCODE_QUERY_CANCELED && step->timeout_ms > 0 &&
-					 GetCurrentTimestamp() >= step->deadline ?
-					 psprintf(" (ordered_events.handler_timeout is %d ms)", step->timeout_ms) :
-					 "");
+		step->error = handler_error(step, edata);
 		MemoryContextSwitchTo(old);
+		if (step->error == NULL)
+			ReThrowError(edata);
 		FreeErrorData(edata);
 		failed = i;
 	}
@@ -568,7 +568,8 @@ apply_all(Step *step)
 		}
 		else if (failed == from)
 		{
-			from++;				/* the first event raised: it keeps its error */
+			/* The first event raised, alone: that error is its own. */
+			step->events[from++].error = step->error;
 			to = step->nevents;
 		}
 		else

@@ -1,0 +1,73 @@
+--
+-- The batch of a processing step runs in one subtransaction; after a
+-- handler error the calls before it run again, then the rest from the
+-- failing event on (src/handler.c).  What a user can rely on:
+-- transactional effects of a handler count once per applied event, an
+-- event is a dead letter only if its handler raised as the first call of
+-- a subtransaction, and a handler that raises only sometimes is judged by
+-- its last call.  Sequences are not transactional: they count the calls.
+--
+SET client_min_messages = warning;
+CREATE SCHEMA hr;
+CREATE TABLE hr.effects (seq bigint, key text);
+CREATE SEQUENCE hr.calls;
+CREATE SEQUENCE hr.calls_of_2;
+CREATE SEQUENCE hr.calls_of_5;
+
+-- Event 3 always raises; every call leaves a row in hr.effects.
+CREATE FUNCTION hr.always(state jsonb, e ordered_events.event)
+RETURNS ordered_events.step LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM nextval('hr.calls');
+    INSERT INTO hr.effects VALUES (e.seq, e.key);
+    IF e.seq = 3 THEN
+        RAISE EXCEPTION 'seq 3 fails';
+    END IF;
+    RETURN ROW(jsonb_build_object('n', coalesce((state ->> 'n')::int, 0) + 1),
+               to_jsonb(e.seq))::ordered_events.step;
+END $$;
+
+-- Event 5 raises at its first call only, event 2 at its second call only:
+-- the first attempt fails at 5, its replay of 1..4 fails at 2, and the
+-- next calls of both succeed.
+CREATE FUNCTION hr.flaky(state jsonb, e ordered_events.event)
+RETURNS ordered_events.step LANGUAGE plpgsql AS $$
+BEGIN
+    IF e.seq = 5 AND nextval('hr.calls_of_5') = 1 THEN
+        RAISE EXCEPTION 'seq 5 fails once';
+    END IF;
+    IF e.seq = 2 AND nextval('hr.calls_of_2') = 2 THEN
+        RAISE EXCEPTION 'seq 2 fails at its second call';
+    END IF;
+    RETURN ROW(jsonb_build_object('n', coalesce((state ->> 'n')::int, 0) + 1),
+               to_jsonb(e.seq))::ordered_events.step;
+END $$;
+
+SELECT ordered_events.create_stream('hr_s');
+SELECT ordered_events.create_consumer('hr_always', handler => 'hr.always(jsonb, ordered_events.event)');
+SELECT ordered_events.subscribe('hr_always', 'hr_s');
+SELECT ordered_events.create_consumer('hr_flaky', handler => 'hr.flaky(jsonb, ordered_events.event)');
+SELECT ordered_events.subscribe('hr_flaky', 'hr_s');
+SELECT count(*) FROM (SELECT ordered_events.ingest('hr_s', g, 'k') FROM generate_series(1, 6) g) i;
+SELECT ordered_events.release('hr_s');
+
+-- always: 6 applied, seq 3 a dead letter, one effect row per other event
+SELECT ordered_events.process('hr_always');
+SELECT seq, count(*) FROM hr.effects GROUP BY seq ORDER BY seq;
+SELECT seq, detail FROM ordered_events.unprocessed WHERE consumer = 'hr_always';
+SELECT string_agg(seq::text, ',' ORDER BY position) AS results
+  FROM ordered_events.results WHERE consumer = 'hr_always';
+SELECT state, processed_count, error_count FROM ordered_events.key_state WHERE consumer = 'hr_always';
+-- the handler ran more often than there are events: 1..3, 1..2, 3, 4..6
+SELECT nextval('hr.calls') - 1 AS calls;
+
+-- flaky: no dead letter, every event applied once, in order
+SELECT ordered_events.process('hr_flaky');
+SELECT count(*) AS letters FROM ordered_events.unprocessed WHERE consumer = 'hr_flaky';
+SELECT string_agg(seq::text, ',' ORDER BY position) AS results
+  FROM ordered_events.results WHERE consumer = 'hr_flaky';
+SELECT state, processed_count, error_count FROM ordered_events.key_state WHERE consumer = 'hr_flaky';
+
+SELECT ordered_events.drop_consumer('hr_always'), ordered_events.drop_consumer('hr_flaky');
+SELECT ordered_events.drop_stream('hr_s');
+DROP SCHEMA hr CASCADE;
