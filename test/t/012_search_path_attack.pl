@@ -103,6 +103,35 @@ $node->safe_psql('postgres', q{
 		$$ BEGIN PERFORM public.pwn('unnest(bigint[])'); RETURN QUERY SELECT pg_catalog.unnest($1); END $$;
 	CREATE FUNCTION public.pg_current_xact_id_if_assigned() RETURNS xid8 LANGUAGE plpgsql AS
 		$$ BEGIN PERFORM public.pwn('pg_current_xact_id_if_assigned()'); RETURN pg_catalog.pg_current_xact_id_if_assigned(); END $$;
+
+	-- what the handlers' queries use
+	CREATE FUNCTION public.to_regprocedure(text) RETURNS regprocedure LANGUAGE plpgsql AS
+		$$ BEGIN PERFORM public.pwn('to_regprocedure(text)'); RETURN pg_catalog.to_regprocedure($1); END $$;
+	CREATE FUNCTION public.nextval(regclass) RETURNS bigint LANGUAGE plpgsql AS
+		$$ BEGIN PERFORM public.pwn('nextval(regclass)'); RETURN pg_catalog.nextval($1); END $$;
+	CREATE FUNCTION public.unnest(text[]) RETURNS SETOF text LANGUAGE plpgsql AS
+		$$ BEGIN PERFORM public.pwn('unnest(text[])'); RETURN QUERY SELECT pg_catalog.unnest($1); END $$;
+	CREATE FUNCTION public.unnest(jsonb[]) RETURNS SETOF jsonb LANGUAGE plpgsql AS
+		$$ BEGIN PERFORM public.pwn('unnest(jsonb[])'); RETURN QUERY SELECT pg_catalog.unnest($1); END $$;
+	CREATE FUNCTION public.has_function_privilege(oid, oid, text) RETURNS boolean LANGUAGE plpgsql AS
+		$$ BEGIN PERFORM public.pwn('has_function_privilege(oid, oid, text)'); RETURN pg_catalog.has_function_privilege($1, $2, $3); END $$;
+	CREATE FUNCTION public.plus8(bigint, bigint) RETURNS bigint LANGUAGE plpgsql AS
+		$$ BEGIN PERFORM public.pwn('+(bigint, bigint)'); RETURN pg_catalog.int8pl($1, $2); END $$;
+	CREATE OPERATOR public.+ (FUNCTION = public.plus8, LEFTARG = bigint, RIGHTARG = bigint);
+});
+
+# A handler, schema-qualified as handlers must be (they run with
+# search_path pg_catalog, pg_temp), in its own schema.
+$node->safe_psql('postgres', q{
+	CREATE SCHEMA h;
+	CREATE FUNCTION h.count(state jsonb, e ordered_events.event) RETURNS ordered_events.step
+	LANGUAGE sql AS $$
+		SELECT ROW(pg_catalog.jsonb_build_object('n',
+		               coalesce((state OPERATOR(pg_catalog.->>) 'n')::integer, 0)
+		               OPERATOR(pg_catalog.+) 1),
+		           pg_catalog.to_jsonb(e.seq))::ordered_events.step
+	$$;
+	SELECT ordered_events.create_stream('o', gap_policy => 'fence');
 });
 
 # The trap works: a query that uses these operators from public runs them.
@@ -165,6 +194,17 @@ $node->safe_psql('postgres', q{
 	SELECT ordered_events.key_partition('a', 3);
 	SELECT ordered_events.unsubscribe('c', 'g');
 	SELECT ordered_events.drop_consumer('c');
+	SELECT ordered_events.create_consumer('hc', 2, 'h.count(jsonb, ordered_events.event)');
+	SELECT ordered_events.subscribe('hc', 'g');
+	SELECT ordered_events.subscribe('hc', 'k');
+	SELECT ordered_events.process('hc', 1000, 0), ordered_events.process('hc', 1000, 1);
+	SELECT * FROM ordered_events.key_state;
+	SELECT * FROM ordered_events.results;
+	SELECT ordered_events.create_consumer('hd', handler => 'h.count(jsonb, ordered_events.event)',
+	                                      output_stream => 'o', alignment => 'processing');
+	SELECT ordered_events.subscribe('hd', 'g');
+	SELECT ordered_events.process('hd');
+	SELECT ordered_events.drop_consumer('hd');
 });
 
 # The late event commits; the worker settles it (moves it to unprocessed).
@@ -193,14 +233,23 @@ is( $node->safe_psql('postgres', q{
 is( $node->safe_psql('postgres', q{
 	SELECT string_agg(format('%s %s %s', stream, key, seq), ', ')
 	  FROM ordered_events.released}),
-	'f a 1, f b 2, g a 1, g a 2, g a 3, g a 7, g b 8, g a 9, g a 10, k a 1, k a 2, k b 5',
+	'f a 1, f b 2, g a 1, g a 2, g a 3, g a 7, g b 8, g a 9, g a 10, k a 1, k a 2, k b 5, '
+	  . 'o a 1, o a 2, o a 3, o a 4, o b 5',
 	'every stream released what it should');
+
+# hc applied by hand what was released then (g 1, 2, 3, 7, 8; k a 1, 2, b 5)
+# and the worker the rest (g 9, 10), each once.
+ok( $node->poll_query_until('postgres', q{
+	SELECT string_agg(format('%s %s', key, state ->> 'n'), ', ' ORDER BY key)
+	  FROM ordered_events.key_state WHERE consumer = 'hc'},
+	'a 8, b 2'),
+	'the handler consumer applied every event once, by hand and by the worker');
 
 is($node->safe_psql('postgres', 'SELECT count(*) FROM public.pwned'),
 	'0', 'no object of public ran');
 is($node->safe_psql('postgres',
 	"SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = 'mallory'"),
 	'f', 'mallory is no superuser');
-ok(!$node->log_contains(qr/could not release/), 'the worker had no error');
+ok(!$node->log_contains(qr/could not (release|process)/), 'the worker had no error');
 
 done_testing();
