@@ -1019,7 +1019,10 @@ BEGIN
     PERFORM ordered_events.lock_streams(streams);
     -- Waits for a read of the consumer in progress (it locks these rows).
     DELETE FROM ordered_events.consumer_def d WHERE d.consumer_id = c.consumer_id;
-    -- its handler's dead letters go with it, as a stream's go with drop_stream()
+    -- its handler's states, results and dead letters go with it, as a
+    -- stream's dead letters go with drop_stream()
+    DELETE FROM ordered_events.handler_state k WHERE k.consumer_id = c.consumer_id;
+    DELETE FROM ordered_events.handler_result r WHERE r.consumer_id = c.consumer_id;
     DELETE FROM ordered_events.unprocessed u WHERE u.consumer = c.consumer;
     PERFORM ordered_events.forget_unused_totals(id) FROM unnest(streams) id;
 END;
@@ -1217,10 +1220,15 @@ CREATE TYPE ordered_events.step AS (
 COMMENT ON TYPE ordered_events.step IS
     'What a handler returns: the key''s new state and the result to output (NULL: none)';
 
--- The state of each key of a handler consumer, across the consumer's streams.
+/*
+ * The state of each key of a handler consumer, across the consumer's
+ * streams.  Processing steps write these rows and those of handler_result
+ * straight to the table (src/handler.c): no foreign key, drop_consumer()
+ * deletes them.  A state row is updated at every step that applies one of
+ * its key's events: room on its page keeps the update HOT.
+ */
 CREATE TABLE ordered_events.handler_state (
-    consumer_id integer NOT NULL
-        REFERENCES ordered_events.consumer_def ON DELETE CASCADE,
+    consumer_id integer NOT NULL,
     key text COLLATE "C" NOT NULL,
     state jsonb,
     last_stream_id integer NOT NULL,
@@ -1229,7 +1237,7 @@ CREATE TABLE ordered_events.handler_state (
     error_count bigint NOT NULL,
     updated_at timestamptz NOT NULL,
     PRIMARY KEY (consumer_id, key)
-);
+) WITH (fillfactor = 50);
 COMMENT ON TABLE ordered_events.handler_state IS
     'Internal: the state of each key of a handler consumer';
 
@@ -1238,8 +1246,7 @@ CREATE SEQUENCE ordered_events.result_position_seq AS bigint;
 COMMENT ON SEQUENCE ordered_events.result_position_seq IS
     'Internal: the processing order of handler results';
 CREATE TABLE ordered_events.handler_result (
-    consumer_id integer NOT NULL
-        REFERENCES ordered_events.consumer_def ON DELETE CASCADE,
+    consumer_id integer NOT NULL,
     position bigint NOT NULL,
     stream_id integer NOT NULL,
     seq bigint NOT NULL,

@@ -177,6 +177,13 @@ read_relations(OeRelations *rels, Oid *outcomes)
 		"stream", "seq", "key", "payload", "event_ts", "reason", "detail", "received_at",
 		"consumer"
 	};
+	static const char *const state_columns[Natts_oe_state] = {
+		"consumer_id", "key", "state", "last_stream_id", "last_seq", "processed_count",
+		"error_count", "updated_at"
+	};
+	static const char *const result_columns[Natts_oe_result] = {
+		"consumer_id", "position", "stream_id", "seq", "key", "result", "produced_at"
+	};
 	Oid			schema;
 
 	memset(rels, 0, sizeof(*rels));
@@ -195,6 +202,9 @@ read_relations(OeRelations *rels, Oid *outcomes)
 	rels->lane_release_log = relation_oid(schema, "lane_release_log");
 	rels->lane_release_log_delivery_key = relation_oid(schema, "lane_release_log_delivery_key");
 	rels->arrival_seq = relation_oid(schema, "arrival_seq");
+	rels->handler_state = relation_oid(schema, "handler_state");
+	rels->handler_result = relation_oid(schema, "handler_result");
+	rels->result_position_seq = relation_oid(schema, "result_position_seq");
 	rels->owner = relation_owner(rels->stream_def);
 	rels->outcome_type = GetSysCacheOid2(TYPENAMENSP, Anum_pg_type_oid,
 										 CStringGetDatum("outcome"),
@@ -206,6 +216,8 @@ read_relations(OeRelations *rels, Oid *outcomes)
 	check_columns(rels->event, event_columns, Natts_oe_event);
 	check_columns(rels->unprocessed, unprocessed_columns, Natts_oe_unprocessed);
 	check_columns(rels->lane_release_log, log_columns, Natts_oe_log);
+	check_columns(rels->handler_state, state_columns, Natts_oe_state);
+	check_columns(rels->handler_result, result_columns, Natts_oe_result);
 
 	for (int i = 0; i < OE_NUM_OUTCOMES; i++)
 	{

@@ -35,6 +35,7 @@
 #include "access/xact.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
+#include "commands/sequence.h"
 #include "common/hashfn.h"
 #include "funcapi.h"
 #include "miscadmin.h"
@@ -55,8 +56,6 @@ enum
 	PLAN_DEFINE,
 	PLAN_HANDLER,
 	PLAN_LOAD_STATES,
-	PLAN_SAVE_STATES,
-	PLAN_SAVE_RESULTS,
 	PLAN_OUTPUT_ALIGNMENT
 };
 
@@ -69,40 +68,11 @@ static OePlan plans[] = {
 		"SELECT pg_catalog.to_regprocedure($1)",
 		1, {TEXTOID}
 	},
+	/* The row of each key that has one, to update in place. */
 	[PLAN_LOAD_STATES] = {
-		"SELECT key, state FROM ordered_events.handler_state "
-		"WHERE consumer_id = $1 AND key = ANY ($2)",
+		"SELECT key, state, ctid, processed_count, error_count "
+		"FROM ordered_events.handler_state WHERE consumer_id = $1 AND key = ANY ($2)",
 		2, {INT4OID, TEXTARRAYOID}
-	},
-
-	/* Each key's new state, and what this step added to its counts. */
-	[PLAN_SAVE_STATES] = {
-		"INSERT INTO ordered_events.handler_state AS s (consumer_id, key, state, "
-		"  last_stream_id, last_seq, processed_count, error_count, updated_at) "
-		"SELECT $1, k.key, k.state, k.stream_id, k.seq, k.processed, k.errors, $8 "
-		"FROM ROWS FROM (pg_catalog.unnest($2::text[]), pg_catalog.unnest($3::jsonb[]), "
-		"  pg_catalog.unnest($4::integer[]), pg_catalog.unnest($5::bigint[]), "
-		"  pg_catalog.unnest($6::bigint[]), pg_catalog.unnest($7::bigint[])) "
-		"  AS k(key, state, stream_id, seq, processed, errors) "
-		"ON CONFLICT (consumer_id, key) DO UPDATE SET state = excluded.state, "
-		"  last_stream_id = excluded.last_stream_id, last_seq = excluded.last_seq, "
-		"  processed_count = s.processed_count + excluded.processed_count, "
-		"  error_count = s.error_count + excluded.error_count, "
-		"  updated_at = excluded.updated_at",
-		8, {INT4OID, TEXTARRAYOID, JSONBARRAYOID, INT4ARRAYOID, INT8ARRAYOID, INT8ARRAYOID,
-		INT8ARRAYOID, TIMESTAMPTZOID}
-	},
-
-	/* The results in processing order: position follows the array. */
-	[PLAN_SAVE_RESULTS] = {
-		"INSERT INTO ordered_events.handler_result "
-		"  (consumer_id, position, stream_id, seq, key, result, produced_at) "
-		"SELECT $1, pg_catalog.nextval('ordered_events.result_position_seq'), "
-		"  r.stream_id, r.seq, r.key, r.result, $6 "
-		"FROM ROWS FROM (pg_catalog.unnest($2::integer[]), pg_catalog.unnest($3::bigint[]), "
-		"  pg_catalog.unnest($4::text[]), pg_catalog.unnest($5::jsonb[])) "
-		"  AS r(stream_id, seq, key, result)",
-		6, {INT4OID, INT4ARRAYOID, INT8ARRAYOID, TEXTARRAYOID, JSONBARRAYOID, TIMESTAMPTZOID}
 	},
 
 	/* The output stream's last alignment_ts, which 'processing' never goes below. */
@@ -123,7 +93,9 @@ typedef struct KeyState
 	Datum		attempt_state;
 	bool		attempt_state_null;
 
-	/* what the step did to the key */
+	/* its row, and its counts with what the step did */
+	bool		has_row;
+	ItemPointerData tid;
 	int32		last_stream_id;
 	int64		last_seq;
 	int64		processed;
@@ -260,6 +232,10 @@ load_states(Step *step)
 			ks->state = copy_varlena(state);
 			MemoryContextSwitchTo(old);
 		}
+		ks->has_row = true;
+		ks->tid = *(ItemPointer) DatumGetPointer(oe_result(i, 3, &isnull));
+		ks->processed = DatumGetInt64(oe_result(i, 4, &isnull));
+		ks->errors = DatumGetInt64(oe_result(i, 5, &isnull));
 	}
 }
 
@@ -577,22 +553,20 @@ apply_all(Step *step)
 	}
 }
 
-/* Write each key's new state and counts. */
+/*
+ * Write each key's new state and counts, and the results in processing
+ * order.  The rows go straight to the tables (table_insert.c): as SQL,
+ * these writes were two thirds of a step (bench/handlers.sh, figure 10a).
+ * Nobody else writes a key's row meanwhile: its partition is locked.
+ */
 static void
 save_states(Step *step)
 {
-	long		nkeys = hash_get_num_entries(step->keys);
-	Datum	   *keys = palloc(sizeof(Datum) * nkeys);
-	Datum	   *states = palloc(sizeof(Datum) * nkeys);
-	bool	   *state_nulls = palloc(sizeof(bool) * nkeys);
-	Datum	   *streams = palloc(sizeof(Datum) * nkeys);
-	Datum	   *seqs = palloc(sizeof(Datum) * nkeys);
-	Datum	   *processed = palloc(sizeof(Datum) * nkeys);
-	Datum	   *errors = palloc(sizeof(Datum) * nkeys);
-	Datum		values[8];
+	const OeRelations *rels = oe_relations();
+	Datum		values[Natts_oe_state];
+	bool		isnull[Natts_oe_state] = {0};
 	HASH_SEQ_STATUS seq;
 	KeyState   *ks;
-	int			n = 0;
 
 	for (int i = 0; i < step->nevents; i++)
 	{
@@ -605,61 +579,48 @@ save_states(Step *step)
 			e->key->errors++;
 	}
 
+	values[Anum_oe_state_consumer_id - 1] = Int32GetDatum(step->consumer->consumer_id);
+	values[Anum_oe_state_updated_at - 1] = TimestampTzGetDatum(GetCurrentTimestamp());
 	hash_seq_init(&seq, step->keys);
 	while ((ks = hash_seq_search(&seq)) != NULL)
 	{
-		keys[n] = PointerGetDatum(ks->key);
-		states[n] = ks->state;
-		state_nulls[n] = ks->state_null;
-		streams[n] = Int32GetDatum(ks->last_stream_id);
-		seqs[n] = Int64GetDatum(ks->last_seq);
-		processed[n] = Int64GetDatum(ks->processed);
-		errors[n] = Int64GetDatum(ks->errors);
-		n++;
+		values[Anum_oe_state_key - 1] = PointerGetDatum(ks->key);
+		values[Anum_oe_state_state - 1] = ks->state;
+		isnull[Anum_oe_state_state - 1] = ks->state_null;
+		values[Anum_oe_state_last_stream_id - 1] = Int32GetDatum(ks->last_stream_id);
+		values[Anum_oe_state_last_seq - 1] = Int64GetDatum(ks->last_seq);
+		values[Anum_oe_state_processed_count - 1] = Int64GetDatum(ks->processed);
+		values[Anum_oe_state_error_count - 1] = Int64GetDatum(ks->errors);
+		if (ks->has_row)
+			oe_update_row(rels->handler_state, &ks->tid, values, isnull);
+		else
+			oe_insert_row(rels->handler_state, values, isnull);
 	}
-	values[0] = Int32GetDatum(step->consumer->consumer_id);
-	values[1] = oe_array(keys, NULL, n, TEXTOID);
-	values[2] = oe_array(states, state_nulls, n, JSONBOID);
-	values[3] = oe_array(streams, NULL, n, INT4OID);
-	values[4] = oe_array(seqs, NULL, n, INT8OID);
-	values[5] = oe_array(processed, NULL, n, INT8OID);
-	values[6] = oe_array(errors, NULL, n, INT8OID);
-	values[7] = TimestampTzGetDatum(GetCurrentTimestamp());
-	oe_run_plan(&plans[PLAN_SAVE_STATES], values, NULL, SPI_OK_INSERT);
 }
 
-/* Write the results, in processing order, to the results table. */
 static void
 save_results(Step *step)
 {
-	Datum	   *streams = palloc(sizeof(Datum) * step->nevents);
-	Datum	   *seqs = palloc(sizeof(Datum) * step->nevents);
-	Datum	   *keys = palloc(sizeof(Datum) * step->nevents);
-	Datum	   *results = palloc(sizeof(Datum) * step->nevents);
-	Datum		values[6];
-	int			n = 0;
+	const OeRelations *rels = oe_relations();
+	Datum		values[Natts_oe_result];
+	bool		isnull[Natts_oe_result] = {0};
 
+	values[Anum_oe_result_consumer_id - 1] = Int32GetDatum(step->consumer->consumer_id);
+	values[Anum_oe_result_produced_at - 1] = TimestampTzGetDatum(GetCurrentTimestamp());
 	for (int i = 0; i < step->nevents; i++)
 	{
 		BatchEvent *e = &step->events[i];
 
 		if (e->error != NULL || !e->has_result)
 			continue;
-		streams[n] = Int32GetDatum(e->event.stream_id);
-		seqs[n] = Int64GetDatum(e->event.seq);
-		keys[n] = PointerGetDatum(e->event.key);
-		results[n] = e->result;
-		n++;
+		values[Anum_oe_result_position - 1] =
+			Int64GetDatum(nextval_internal(rels->result_position_seq, false));
+		values[Anum_oe_result_stream_id - 1] = Int32GetDatum(e->event.stream_id);
+		values[Anum_oe_result_seq - 1] = Int64GetDatum(e->event.seq);
+		values[Anum_oe_result_key - 1] = PointerGetDatum(e->event.key);
+		values[Anum_oe_result_result - 1] = e->result;
+		oe_insert_row(rels->handler_result, values, isnull);
 	}
-	if (n == 0)
-		return;
-	values[0] = Int32GetDatum(step->consumer->consumer_id);
-	values[1] = oe_array(streams, NULL, n, INT4OID);
-	values[2] = oe_array(seqs, NULL, n, INT8OID);
-	values[3] = oe_array(keys, NULL, n, TEXTOID);
-	values[4] = oe_array(results, NULL, n, JSONBOID);
-	values[5] = TimestampTzGetDatum(GetCurrentTimestamp());
-	oe_run_plan(&plans[PLAN_SAVE_RESULTS], values, NULL, SPI_OK_INSERT);
 }
 
 /*

@@ -62,6 +62,26 @@
 #define Anum_oe_unprocessed_consumer	9
 #define Natts_oe_unprocessed			9
 
+/* Columns of ordered_events.handler_state and handler_result (handler.c). */
+#define Anum_oe_state_consumer_id		1
+#define Anum_oe_state_key				2
+#define Anum_oe_state_state				3
+#define Anum_oe_state_last_stream_id	4
+#define Anum_oe_state_last_seq			5
+#define Anum_oe_state_processed_count	6
+#define Anum_oe_state_error_count		7
+#define Anum_oe_state_updated_at		8
+#define Natts_oe_state					8
+
+#define Anum_oe_result_consumer_id		1
+#define Anum_oe_result_position			2
+#define Anum_oe_result_stream_id		3
+#define Anum_oe_result_seq				4
+#define Anum_oe_result_key				5
+#define Anum_oe_result_result			6
+#define Anum_oe_result_produced_at		7
+#define Natts_oe_result					7
+
 /* The labels of ordered_events.outcome, in declaration order. */
 typedef enum OeOutcome
 {
@@ -112,6 +132,9 @@ typedef struct OeRelations
 	Oid			lane_release_log_delivery_key;
 	Oid			arrival_seq;
 	Oid			outcome_type;
+	Oid			handler_state;
+	Oid			handler_result;
+	Oid			result_position_seq;
 	Oid			event_type;		/* composite ordered_events.event */
 	Oid			step_type;		/* composite ordered_events.step */
 } OeRelations;
@@ -329,6 +352,7 @@ extern Datum oe_array(Datum *elems, bool *nulls, int n, Oid elemtype);
 /* table_insert.c */
 extern bool oe_insert_unique(Oid relid, Datum *values, bool *isnull);
 extern void oe_insert_row(Oid relid, Datum *values, bool *isnull);
+extern void oe_update_row(Oid relid, ItemPointer tid, Datum *values, bool *isnull);
 
 /* dead_letter.c */
 extern void oe_dead_letter(const char *stream, int64 seq, text *key, void *payload,

@@ -1,8 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * table_insert.c
- *	  Inserting rows into the extension's tables and their indexes without
- *	  the executor's per-statement setup: the hot path of ingest.
+ *	  Writing rows of the extension's tables and their indexes without the
+ *	  executor's per-statement setup: the hot paths of ingest and of
+ *	  handlers' processing steps.
  *
  * An INSERT through SPI costs a plan check and an executor start and end
  * per row, more than the heap and index inserts themselves; opening the
@@ -54,7 +55,7 @@ typedef struct Inserter
 	TupleTableSlot *slot;
 } Inserter;
 
-#define MAX_INSERTERS 4
+#define MAX_INSERTERS 8
 
 static Inserter *inserters[MAX_INSERTERS];
 static int	ninserters = 0;
@@ -185,7 +186,10 @@ oe_insert_unique(Oid relid, Datum *values, bool *isnull)
 	}
 }
 
-/* Insert a row into a table without unique indexes. */
+/*
+ * Insert a row into a table whose unique keys the caller knows to be new
+ * (a duplicate is an error).
+ */
 void
 oe_insert_row(Oid relid, Datum *values, bool *isnull)
 {
@@ -194,4 +198,30 @@ oe_insert_row(Oid relid, Datum *values, bool *isnull)
 	table_tuple_insert(ins->rel, ins->slot, GetCurrentCommandId(true), 0, NULL);
 	list_free(ExecInsertIndexTuples(ins->rri, ins->slot, ins->estate, false,
 									false, NULL, NIL));
+}
+
+/*
+ * Replace the row at "tid", which nobody else may be changing (the caller
+ * holds a lock that serializes its writers), with the key columns of its
+ * unique indexes unchanged.
+ */
+void
+oe_update_row(Oid relid, ItemPointer tid, Datum *values, bool *isnull)
+{
+	Inserter   *ins = begin_row(relid, values, isnull);
+	TM_FailureData tmfd;
+	LockTupleMode lockmode;
+	bool		update_indexes;
+	TM_Result	result;
+
+	result = table_tuple_update(ins->rel, tid, ins->slot, GetCurrentCommandId(true),
+								InvalidSnapshot, InvalidSnapshot, true, &tmfd, &lockmode,
+								&update_indexes);
+	if (result != TM_Ok)
+		elog(ERROR, "row (%u,%u) of %s changed while it was updated: %d",
+			 ItemPointerGetBlockNumber(tid), ItemPointerGetOffsetNumber(tid),
+			 RelationGetRelationName(ins->rel), (int) result);
+	if (update_indexes)
+		list_free(ExecInsertIndexTuples(ins->rri, ins->slot, ins->estate, true,
+										false, NULL, NIL));
 }
