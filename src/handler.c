@@ -692,7 +692,7 @@ apply_all_in_worker(Step *step)
 {
 	int			save_nestlevel = NewGUCNestLevel();
 
-	(void) set_config_option("lock_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE,
+	(void) set_config_option("lock_timeout", "0", PGC_SUSET, PGC_S_SESSION,
 							 GUC_ACTION_SAVE, true, 0, false);
 	apply_all(step);
 	AtEOXact_GUC(true, save_nestlevel);

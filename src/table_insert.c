@@ -221,7 +221,8 @@ oe_update_row(Oid relid, ItemPointer tid, Datum *values, bool *isnull)
 		elog(ERROR, "row (%u,%u) of %s changed while it was updated: %d",
 			 ItemPointerGetBlockNumber(tid), ItemPointerGetOffsetNumber(tid),
 			 RelationGetRelationName(ins->rel), (int) result);
+	/* Not HOT: new index entries (without the "unchanged" hint, which needs a range table). */
 	if (update_indexes)
-		list_free(ExecInsertIndexTuples(ins->rri, ins->slot, ins->estate, true,
+		list_free(ExecInsertIndexTuples(ins->rri, ins->slot, ins->estate, false,
 										false, NULL, NIL));
 }

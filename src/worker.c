@@ -672,16 +672,22 @@ oe_database_worker_main(Datum arg)
 
 	BackgroundWorkerInitializeConnection(my_slot->dbname, NULL, 0);
 	pgstat_report_appname("ordered_events worker");
-	SetConfigOption("lock_timeout", OE_WORKER_LOCK_TIMEOUT, PGC_SUSET, PGC_S_OVERRIDE);
+
+	/*
+	 * Settings as a session's SET makes them: a reload does not undo them,
+	 * and a nested level (a handler call, see handler.c) may change them and
+	 * get them back, which it cannot do over PGC_S_OVERRIDE.
+	 */
+	SetConfigOption("lock_timeout", OE_WORKER_LOCK_TIMEOUT, PGC_SUSET, PGC_S_SESSION);
 	/* Runs as superuser: no object of public or pg_temp may be chosen. */
-	SetConfigOption("search_path", oe_safe_search_path, PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("search_path", oe_safe_search_path, PGC_SUSET, PGC_S_SESSION);
 
 	/*
 	 * Its queries are short index lookups; JIT would only load LLVM into
 	 * the worker (figure 7 saw 60 MB once a plan's cost estimate crossed
 	 * jit_above_cost).
 	 */
-	SetConfigOption("jit", "off", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("jit", "off", PGC_SUSET, PGC_S_SESSION);
 	ereport(LOG,
 			(errmsg("ordered_events worker started for database \"%s\"", my_slot->dbname)));
 

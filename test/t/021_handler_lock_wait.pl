@@ -5,7 +5,8 @@
 # passing lock conflict into a dead letter.  Once the lock is released,
 # the event is applied, once, and no event of the consumer is a dead
 # letter.  The wait is observed in pg_locks, and the lock is held for well
-# over the worker's 1 s before it is released.
+# over the worker's 1 s before it is released.  The worker's own queries
+# keep their 1 s afterwards.
 
 use strict;
 use warnings;
@@ -70,6 +71,23 @@ is( $node->safe_psql('postgres', q{
 	SELECT pid || '/' || (last_error IS NULL) FROM ordered_events.worker_status
 	 WHERE database = 'postgres'}),
 	"$worker_pid/true", 'the same worker, no error');
+
+# The handler's calls had no lock_timeout; the worker's own queries still
+# have theirs: a release step that waits for a stream's lock gives up.
+my $holder = $node->background_psql('postgres');
+$holder->query_safe('BEGIN');
+$holder->query_safe(q{
+	SELECT FROM ordered_events.stream_def WHERE stream = 's' FOR UPDATE});
+$node->safe_psql('postgres', q{SELECT ordered_events.ingest('s', 2, 'k')});
+ok( $node->poll_query_until('postgres', q{
+	SELECT last_error FROM ordered_events.worker_status WHERE database = 'postgres'},
+	'stream s: canceling statement due to lock timeout'),
+	'after handler calls, the worker\'s own lock waits still time out');
+$holder->query_safe('COMMIT');
+$holder->quit;
+ok( $node->poll_query_until('postgres', q{
+	SELECT count(*) FROM ordered_events.results WHERE consumer = 'c'}, '2'),
+	'the next event is applied once the stream is free');
 
 $node->stop;
 done_testing();
