@@ -397,6 +397,9 @@ work_failed(const char *what, const char *unit, MemoryContext cycle_context)
 	FreeErrorData(edata);
 }
 
+/* The memory context that was current when a unit of work began. */
+static MemoryContext work_caller_context = NULL;
+
 /*
  * Start a unit of work: a transaction that holds the extension lock first,
  * so that DROP EXTENSION waits for it or it for the drop, never both.
@@ -405,18 +408,24 @@ work_failed(const char *what, const char *unit, MemoryContext cycle_context)
 static bool
 begin_work(void)
 {
+	work_caller_context = CurrentMemoryContext;
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 	PushActiveSnapshot(GetTransactionSnapshot());
 	return oe_lock_extension();
 }
 
-/* Commit a unit of work begun by begin_work(). */
+/*
+ * Commit a unit of work begun by begin_work(), and go back to the caller's
+ * memory context (a commit leaves TopMemoryContext current, where what the
+ * cycle allocates next would stay for good).
+ */
 static void
 end_work(void)
 {
 	PopActiveSnapshot();
 	CommitTransactionCommand();
+	MemoryContextSwitchTo(work_caller_context);
 }
 
 /*
