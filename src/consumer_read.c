@@ -682,13 +682,15 @@ put_row(const OeReadEvent *event, void *arg)
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 }
 
-/* read() and peek(): "consume" says which. */
-static Datum
-read_consumer(FunctionCallInfo fcinfo, bool consume)
+/*
+ * The arguments (consumer, max_events, partition) of read(), peek() and
+ * process(): the errors for a NULL and for max_events below 1, whose hint
+ * ends with "takes", as in "the most events read() returns".  Returns
+ * max_events.
+ */
+int32
+oe_consumer_args(FunctionCallInfo fcinfo, const char *takes)
 {
-	const char *fn = consume ? "read()" : "peek()";
-	OeConsumer	consumer;
-	OeInternalScope scope;
 	int32		max_events;
 
 	oe_check_not_null(fcinfo, 0, "consumer");
@@ -699,7 +701,20 @@ read_consumer(FunctionCallInfo fcinfo, bool consume)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("invalid value for max_events: %d", max_events),
-				 errhint("Use a positive number: the most events %s returns.", fn)));
+				 errhint("Use a positive number: the most events %s.", takes)));
+	return max_events;
+}
+
+/* read() and peek(): "consume" says which. */
+static Datum
+read_consumer(FunctionCallInfo fcinfo, bool consume)
+{
+	const char *fn = consume ? "read()" : "peek()";
+	OeConsumer	consumer;
+	OeInternalScope scope;
+	int32		max_events;
+
+	max_events = oe_consumer_args(fcinfo, consume ? "read() returns" : "peek() returns");
 	if (consume)
 		PreventCommandIfReadOnly(fn);
 

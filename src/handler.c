@@ -746,15 +746,24 @@ process_step(const OeConsumer *consumer, int32 max_events, bool in_worker)
 	return step.nevents;
 }
 
-/* The error for process() on a consumer without a handler. */
-static void
-check_has_handler(const OeConsumer *consumer)
+/* One processing step of a partition of the named handler consumer. */
+static int64
+process_named(Datum name, int32 partition, int32 max_events, bool in_worker)
 {
-	if (consumer->handler == NULL)
+	OeInternalScope scope;
+	OeConsumer	consumer;
+	int64		applied;
+
+	oe_internal_begin(&scope, oe_relations()->owner);
+	oe_consumer_lookup(name, partition, &consumer);
+	if (consumer.handler == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
-				 errmsg("consumer \"%s\" has no handler", consumer->name),
+				 errmsg("consumer \"%s\" has no handler", consumer.name),
 				 errhint("Read its events with ordered_events.read().")));
+	applied = process_step(&consumer, max_events, in_worker);
+	oe_internal_end(&scope);
+	return applied;
 }
 
 /*
@@ -764,16 +773,7 @@ check_has_handler(const OeConsumer *consumer)
 int64
 oe_process_partition(const char *name, int32 partition, int32 max_events)
 {
-	OeInternalScope scope;
-	OeConsumer	consumer;
-	int64		applied;
-
-	oe_internal_begin(&scope, oe_relations()->owner);
-	oe_consumer_lookup(CStringGetTextDatum(name), partition, &consumer);
-	check_has_handler(&consumer);
-	applied = process_step(&consumer, max_events, true);
-	oe_internal_end(&scope);
-	return applied;
+	return process_named(CStringGetTextDatum(name), partition, max_events, true);
 }
 
 /*
@@ -784,28 +784,10 @@ PG_FUNCTION_INFO_V1(oe_process);
 Datum
 oe_process(PG_FUNCTION_ARGS)
 {
-	OeInternalScope scope;
-	OeConsumer	consumer;
-	int32		max_events;
-	int64		applied;
+	int32		max_events = oe_consumer_args(fcinfo, "process() applies");
 
-	oe_check_not_null(fcinfo, 0, "consumer");
-	oe_check_not_null(fcinfo, 1, "max_events");
-	oe_check_not_null(fcinfo, 2, "partition");
-	max_events = PG_GETARG_INT32(1);
-	if (max_events <= 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("invalid value for max_events: %d", max_events),
-				 errhint("Use a positive number: the most events process() applies.")));
 	PreventCommandIfReadOnly("process()");
-
-	oe_internal_begin(&scope, oe_relations()->owner);
-	oe_consumer_lookup(PG_GETARG_DATUM(0), PG_GETARG_INT32(2), &consumer);
-	check_has_handler(&consumer);
-	applied = process_step(&consumer, max_events, false);
-	oe_internal_end(&scope);
-	PG_RETURN_INT64(applied);
+	PG_RETURN_INT64(process_named(PG_GETARG_DATUM(0), PG_GETARG_INT32(2), max_events, false));
 }
 
 /*
