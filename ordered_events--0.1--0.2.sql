@@ -716,8 +716,11 @@ CREATE SEQUENCE ordered_events.consumer_id_seq AS integer;
 /*
  * A consumer with a handler is read by the extension (src/handler.c): the
  * handler runs as "owner", the role that created the consumer.  The
- * handler is kept as its signature's text and the owner as a regrole, so
- * that a dump, a restore and pg_upgrade keep them by name.
+ * handler is kept as its signature's text and the roles as regroles, so
+ * that a dump, a restore and pg_upgrade keep them by name.  The handler
+ * function's owner at creation (handler_owner) must still own it when it
+ * runs: a function of that signature created by another role, after the
+ * first was dropped, never runs with the consumer owner's rights.
  */
 CREATE TABLE ordered_events.consumer_def (
     consumer_id integer PRIMARY KEY
@@ -727,9 +730,10 @@ CREATE TABLE ordered_events.consumer_def (
     created_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
     handler text,
     owner regrole,
+    handler_owner regrole,
     output_stream_id integer REFERENCES ordered_events.stream_def,
     alignment text NOT NULL DEFAULT 'inherit' CHECK (alignment IN ('inherit', 'processing')),
-    CHECK ((handler IS NULL) = (owner IS NULL)),
+    CHECK ((handler IS NULL) = (owner IS NULL) AND (handler IS NULL) = (handler_owner IS NULL)),
     CHECK (handler IS NOT NULL OR output_stream_id IS NULL)
 );
 CREATE INDEX consumer_def_output_idx ON ordered_events.consumer_def (output_stream_id);
@@ -977,9 +981,12 @@ BEGIN
             output_id := (ordered_events.output_stream_or_error(output_stream)).stream_id;
         END IF;
     END IF;
-    INSERT INTO ordered_events.consumer_def (consumer, partitions, handler, owner, output_stream_id, alignment)
+    INSERT INTO ordered_events.consumer_def
+        (consumer, partitions, handler, owner, handler_owner, output_stream_id, alignment)
     VALUES (define_consumer.consumer, define_consumer.partitions, handler::text,
-            CASE WHEN handler IS NOT NULL THEN owner END, output_id, define_consumer.alignment);
+            CASE WHEN handler IS NOT NULL THEN owner END,
+            (SELECT p.proowner FROM pg_catalog.pg_proc p WHERE p.oid = handler),
+            output_id, define_consumer.alignment);
 EXCEPTION WHEN unique_violation THEN
     RAISE EXCEPTION 'consumer "%" already exists', consumer
         USING ERRCODE = 'duplicate_object',

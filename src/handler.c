@@ -272,9 +272,19 @@ handler_timeout_of(HeapTuple proc_tuple)
 	return timeout_ms;
 }
 
+/* A role's name for a message. */
+static const char *
+role_name(Oid role)
+{
+	const char *name = GetUserNameFromId(role, true);
+
+	return name != NULL ? psprintf("role %s", name) : "a dropped role";
+}
+
 /*
  * The handler's function, checked again now: it may have been dropped,
- * replaced or revoked since the consumer was created.  Errors here are the
+ * replaced (by its owner: a function of the same name by another role is
+ * refused) or revoked since the consumer was created.  Errors here are the
  * step's, not an event's: the events wait until the cause is fixed.
  */
 static void
@@ -299,6 +309,14 @@ open_handler(Step *step)
 		elog(ERROR, "cache lookup failed for function %u", fn);
 	proc = (Form_pg_proc) GETSTRUCT(tuple);
 	step->timeout_ms = handler_timeout_of(tuple);
+	if (proc->proowner != c->handler_owner)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("handler %s of consumer \"%s\" is owned by another role than when the consumer was created",
+						c->handler, c->name),
+				 errdetail("It belongs to %s now, to %s then.",
+						   role_name(proc->proowner), role_name(c->handler_owner)),
+				 errhint("If the function was replaced on purpose, drop the consumer and create it again.")));
 	if (proc->prorettype != oe_relations()->step_type || proc->proretset ||
 		proc->proisstrict || proc->prokind != PROKIND_FUNCTION)
 		ereport(ERROR,
