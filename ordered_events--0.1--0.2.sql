@@ -1321,3 +1321,142 @@ REVOKE EXECUTE ON FUNCTION
     ordered_events.output_stream_or_error(text),
     ordered_events.consumers_with_work()
 FROM PUBLIC;
+
+/*
+ * worker_status gains what an operator asks first: what the worker works
+ * on, how long its last cycle took, how many events it released and
+ * applied per second over the last minute.  The function behind it gets a
+ * new name (its columns change); the view keeps its grants, and the roles
+ * that could execute the old function may execute the new one.
+ */
+CREATE FUNCTION ordered_events.worker_report(
+    OUT database text, OUT pid integer, OUT state text,
+    OUT started_at timestamptz, OUT last_cycle_at timestamptz,
+    OUT cycles bigint, OUT released_total bigint, OUT last_error text,
+    OUT processed_total bigint, OUT current_stream text, OUT current_consumer text,
+    OUT last_cycle_duration interval, OUT released_per_second double precision,
+    OUT processed_per_second double precision)
+RETURNS SETOF record
+LANGUAGE c VOLATILE PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'oe_worker_status';
+COMMENT ON FUNCTION ordered_events.worker_report() IS
+    'The state of the background workers (the view worker_status)';
+REVOKE EXECUTE ON FUNCTION ordered_events.worker_report() FROM PUBLIC;
+
+DO $$
+DECLARE
+    grantee text;
+BEGIN
+    FOR grantee IN
+        SELECT pg_catalog.quote_ident(r.rolname)
+          FROM pg_catalog.pg_proc p
+         CROSS JOIN LATERAL pg_catalog.aclexplode(p.proacl) a
+          JOIN pg_catalog.pg_roles r ON r.oid = a.grantee
+         WHERE p.oid = 'ordered_events.worker_status_internal()'::pg_catalog.regprocedure
+           AND a.privilege_type = 'EXECUTE' AND a.grantee <> p.proowner
+    LOOP
+        EXECUTE pg_catalog.format(
+            'GRANT EXECUTE ON FUNCTION ordered_events.worker_report() TO %s', grantee);
+    END LOOP;
+END;
+$$;
+
+CREATE OR REPLACE VIEW ordered_events.worker_status AS
+SELECT database, pid, state, started_at, last_cycle_at, cycles, released_total, last_error,
+       processed_total, current_stream, current_consumer, last_cycle_duration,
+       released_per_second, processed_per_second
+  FROM ordered_events.worker_report();
+DROP FUNCTION ordered_events.worker_status_internal();
+
+/*
+ * Metrics for Prometheus (contrib/prometheus/): one row per metric and
+ * label set, read from counters and indexes only, so that a scrape costs
+ * the same at 100M events as at 1k: no pending count (stream_stats has it).
+ * Names follow Prometheus: a unit in the name, _total for counters.
+ */
+CREATE VIEW ordered_events.metrics AS
+-- released events, per stream
+SELECT 'ordered_events_released_events_total'::text AS metric, 'counter'::text AS type,
+       d.stream, NULL::text AS consumer, t.released_count::double precision AS value
+  FROM ordered_events.stream_def d
+  JOIN ordered_events.release_totals t
+    ON t.stream_id = d.stream_id AND t.partitions = 1 AND t.partition = 0
+UNION ALL
+-- the first seq not released of a global stream
+SELECT 'ordered_events_range_end', 'gauge', d.stream, NULL, p.range_end::double precision
+  FROM ordered_events.stream_def d
+  JOIN ordered_events.progress p ON p.stream_id = d.stream_id AND p.lane = ''
+ WHERE d.sequencing = 'global'
+UNION ALL
+-- how long the stream's oldest gap a release step saw has been missing (0: none)
+SELECT 'ordered_events_gap_age_seconds', 'gauge', d.stream, NULL,
+       coalesce(extract(epoch FROM pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) (
+           SELECT p.gap_first_seen FROM ordered_events.progress p
+            WHERE p.stream_id = d.stream_id AND p.gap_start IS NOT NULL
+              AND p.gap_first_seen IS NOT NULL
+            ORDER BY p.gap_first_seen LIMIT 1)), 0)::double precision
+  FROM ordered_events.stream_def d
+UNION ALL
+-- dead letters of the stream (rejected at ingest or settled late), by reason
+SELECT 'ordered_events_dead_letters_total', 'counter', d.stream, NULL, count(u.*)::double precision
+  FROM ordered_events.stream_def d
+  LEFT JOIN ordered_events.unprocessed u ON u.stream = d.stream AND u.consumer IS NULL
+ GROUP BY d.stream
+UNION ALL
+-- seqs skipped by a gap policy or skip_gap()
+SELECT 'ordered_events_skipped_seqs_total', 'counter', d.stream, NULL,
+       coalesce(sum(g.gap_end::numeric - g.gap_start + 1), 0)::double precision
+  FROM ordered_events.stream_def d
+  LEFT JOIN ordered_events.gap_skips g ON g.stream_id = d.stream_id
+ GROUP BY d.stream
+UNION ALL
+-- a consumer's released events not consumed yet, and those consumed, per stream
+SELECT m.metric, m.type, d.stream, c.consumer, m.value
+  FROM ordered_events.subscription s
+  JOIN ordered_events.consumer_def c ON c.consumer_id = s.consumer_id
+  JOIN ordered_events.stream_def d ON d.stream_id = s.stream_id
+  JOIN ordered_events.release_totals t
+    ON t.stream_id = s.stream_id AND t.partitions = c.partitions AND t.partition = s.partition
+ CROSS JOIN LATERAL ordered_events.committed_position(s, s.xmin) p
+ CROSS JOIN LATERAL (VALUES
+        ('ordered_events_consumer_unread_events', 'gauge',
+         (t.released_count - p.taken_count)::double precision),
+        ('ordered_events_consumer_consumed_events_total', 'counter',
+         (s.consumed_count - (s.taken_count - p.taken_count))::double precision)
+       ) m(metric, type, value)
+UNION ALL
+-- a handler consumer's dead letters
+SELECT 'ordered_events_handler_dead_letters_total', 'counter', NULL, c.consumer,
+       (SELECT count(*) FROM ordered_events.unprocessed u
+         WHERE u.consumer = c.consumer)::double precision
+  FROM ordered_events.consumer_def c
+ WHERE c.handler IS NOT NULL
+UNION ALL
+-- the worker of this database
+SELECT m.metric, m.type, NULL, NULL, m.value
+  FROM ordered_events.worker_report() w
+ CROSS JOIN LATERAL (VALUES
+        ('ordered_events_worker_up', 'gauge', (w.pid IS NOT NULL)::integer::double precision),
+        ('ordered_events_worker_failing', 'gauge', (w.last_error IS NOT NULL)::integer::double precision),
+        ('ordered_events_worker_cycles_total', 'counter', w.cycles::double precision),
+        ('ordered_events_worker_released_events_total', 'counter', w.released_total::double precision),
+        ('ordered_events_worker_processed_events_total', 'counter', w.processed_total::double precision),
+        ('ordered_events_worker_last_cycle_seconds', 'gauge',
+         coalesce(extract(epoch FROM w.last_cycle_duration), 0)::double precision)
+       ) m(metric, type, value)
+ WHERE w.database = pg_catalog.current_database();
+COMMENT ON VIEW ordered_events.metrics IS
+    'Metrics for Prometheus: one row per metric and label set (stream, consumer)';
+
+/*
+ * Monitoring needs no grant but pg_monitor's: the views that show state,
+ * not events (pending and released show payloads, key_state and results a
+ * handler's data).
+ */
+GRANT USAGE ON SCHEMA ordered_events TO pg_monitor;
+GRANT SELECT ON ordered_events.streams, ordered_events.ranges, ordered_events.stream_stats,
+                ordered_events.key_status, ordered_events.skipped_gaps,
+                ordered_events.consumers, ordered_events.worker_status,
+                ordered_events.metrics
+   TO pg_monitor;
+GRANT EXECUTE ON FUNCTION ordered_events.worker_report() TO pg_monitor;

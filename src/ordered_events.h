@@ -271,6 +271,16 @@ typedef struct OePlan
 #define OE_MAX_DATABASES	64
 #define OE_ERROR_LEN		256
 
+/* A worker's totals at one moment, for its rates over the last minute. */
+typedef struct OeRateSample
+{
+	TimestampTz at;
+	int64		released_total;
+	int64		processed_total;
+} OeRateSample;
+
+#define OE_RATE_SAMPLES		64	/* at most one a second */
+
 typedef struct OeWorkerSlot
 {
 	bool		in_use;			/* claimed by the launcher */
@@ -284,6 +294,14 @@ typedef struct OeWorkerSlot
 	TimestampTz last_cycle_at;
 	int64		cycles;
 	int64		released_total;
+	int64		processed_total;
+	TimestampTz last_cycle_start;
+	TimestampTz last_cycle_end;
+	char		current_stream[NAMEDATALEN];	/* '' when none */
+	char		current_consumer[NAMEDATALEN];	/* '' when none */
+	OeRateSample samples[OE_RATE_SAMPLES];	/* a ring, by time */
+	int			nsamples;
+	int			next_sample;
 	char		last_error[OE_ERROR_LEN];
 } OeWorkerSlot;
 
@@ -429,7 +447,8 @@ extern void oe_slots_database_dropping(Oid dboid);
 extern OeWorkerSlot *oe_claim_slot(int slotno);
 extern void oe_slot_set_state(const char *state);
 extern void oe_slot_set_error(const char *fmt,...) pg_attribute_printf(1, 2);
-extern void oe_slot_count_cycle(int64 released);
+extern void oe_slot_count_cycle(int64 released, int64 processed, TimestampTz started);
+extern void oe_slot_set_current(const char *stream, const char *consumer);
 
 /* worker.c */
 extern void oe_worker_init(void);

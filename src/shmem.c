@@ -289,20 +289,89 @@ oe_slot_set_error(const char *fmt,...)
 	LWLockRelease(oe_shared->lock);
 }
 
-/* In a database worker: a cycle ended, having released "released" events. */
+/* In a database worker: the stream it releases or the consumer it processes. */
 void
-oe_slot_count_cycle(int64 released)
+oe_slot_set_current(const char *stream, const char *consumer)
 {
 	LWLockAcquire(oe_shared->lock, LW_EXCLUSIVE);
-	my_slot->cycles++;
-	my_slot->released_total += released;
-	my_slot->last_cycle_at = GetCurrentTimestamp();
+	strlcpy(my_slot->current_stream, stream ? stream : "", NAMEDATALEN);
+	strlcpy(my_slot->current_consumer, consumer ? consumer : "", NAMEDATALEN);
 	LWLockRelease(oe_shared->lock);
 }
 
 /*
+ * In a database worker: a cycle that began at "started" ended, having
+ * released and processed so many events.  The totals are sampled at most
+ * once a second, for the rates over the last minute.
+ */
+void
+oe_slot_count_cycle(int64 released, int64 processed, TimestampTz started)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	OeWorkerSlot *s = my_slot;
+
+	LWLockAcquire(oe_shared->lock, LW_EXCLUSIVE);
+	s->cycles++;
+	s->released_total += released;
+	s->processed_total += processed;
+	s->last_cycle_start = started;
+	s->last_cycle_end = now;
+	s->last_cycle_at = now;
+	if (s->nsamples == 0 ||
+		now - s->samples[(s->next_sample + OE_RATE_SAMPLES - 1) % OE_RATE_SAMPLES].at >=
+		USECS_PER_SEC)
+	{
+		OeRateSample *sample = &s->samples[s->next_sample];
+
+		sample->at = now;
+		sample->released_total = s->released_total;
+		sample->processed_total = s->processed_total;
+		s->next_sample = (s->next_sample + 1) % OE_RATE_SAMPLES;
+		s->nsamples = Min(s->nsamples + 1, OE_RATE_SAMPLES);
+	}
+	LWLockRelease(oe_shared->lock);
+}
+
+/* An interval of so many microseconds. */
+static Interval *
+microseconds_interval(int64 usecs)
+{
+	Interval   *interval = palloc0(sizeof(Interval));
+
+	interval->time = usecs;
+	return interval;
+}
+
+/*
+ * A slot's events per second over the last minute: from the latest sample
+ * at least a minute old (or the oldest, or the start with nothing done) to
+ * now.  Call with the slots locked.
+ */
+static void
+slot_rates(const OeWorkerSlot *s, TimestampTz now, double *released, double *processed)
+{
+	OeRateSample base = {s->started_at, 0, 0};
+	double		seconds;
+
+	for (int i = 0; i < s->nsamples; i++)
+	{
+		/* oldest first */
+		const OeRateSample *sample =
+			&s->samples[(s->next_sample + OE_RATE_SAMPLES - s->nsamples + i) % OE_RATE_SAMPLES];
+
+		if (i == 0 || sample->at <= now - 60 * USECS_PER_SEC)
+			base = *sample;
+	}
+	seconds = (double) (now - base.at) / USECS_PER_SEC;
+	*released = seconds > 0 ? (s->released_total - base.released_total) / seconds : 0;
+	*processed = seconds > 0 ? (s->processed_total - base.processed_total) / seconds : 0;
+}
+
+/*
  * worker_status() returns one row per served database: database, pid, state,
- * started_at, last_cycle_at, cycles, released_total, last_error.
+ * started_at, last_cycle_at, cycles, released_total, last_error,
+ * processed_total, current_stream, current_consumer, last_cycle_duration,
+ * released_per_second, processed_per_second.
  */
 PG_FUNCTION_INFO_V1(oe_worker_status);
 Datum
@@ -322,8 +391,10 @@ oe_worker_status(PG_FUNCTION_ARGS)
 	for (int i = 0; i < OE_MAX_DATABASES; i++)
 	{
 		OeWorkerSlot *slot = &oe_shared->slots[i];
-		Datum		values[8];
-		bool		nulls[8] = {0};
+		Datum		values[14];
+		bool		nulls[14] = {0};
+		double		released_rate;
+		double		processed_rate;
 
 		if (!slot->in_use)
 			continue;
@@ -339,6 +410,18 @@ oe_worker_status(PG_FUNCTION_ARGS)
 		values[6] = Int64GetDatum(slot->released_total);
 		values[7] = CStringGetTextDatum(slot->last_error);
 		nulls[7] = (slot->last_error[0] == '\0');
+		values[8] = Int64GetDatum(slot->processed_total);
+		values[9] = CStringGetTextDatum(slot->current_stream);
+		nulls[9] = (slot->pid == 0 || slot->current_stream[0] == '\0');
+		values[10] = CStringGetTextDatum(slot->current_consumer);
+		nulls[10] = (slot->pid == 0 || slot->current_consumer[0] == '\0');
+		values[11] = IntervalPGetDatum(microseconds_interval(slot->last_cycle_end -
+															 slot->last_cycle_start));
+		nulls[11] = (slot->last_cycle_end == 0);
+		slot_rates(slot, GetCurrentTimestamp(), &released_rate, &processed_rate);
+		values[12] = Float8GetDatum(released_rate);
+		values[13] = Float8GetDatum(processed_rate);
+		nulls[12] = nulls[13] = (slot->pid == 0);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	LWLockRelease(oe_shared->lock);

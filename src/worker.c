@@ -477,10 +477,10 @@ typedef struct ConsumerPartition
 
 /*
  * One processing step for a partition of a handler consumer, in its own
- * transaction, like release_one().  Returns whether it applied a whole
- * batch: the partition may have more.
+ * transaction, like release_one().  Returns the number of events applied
+ * (0 after an error); a whole batch means the partition may have more.
  */
-static bool
+static int64
 process_one(const ConsumerPartition *cp, MemoryContext cycle_context)
 {
 	char	   *what = psprintf("process consumer \"%s\" partition %d",
@@ -508,7 +508,7 @@ process_one(const ConsumerPartition *cp, MemoryContext cycle_context)
 		applied = 0;
 	}
 	PG_END_TRY();
-	return applied >= OE_PROCESS_BATCH;
+	return applied;
 }
 
 /*
@@ -604,6 +604,8 @@ run_cycle(MemoryContext cycle_context)
 	ListCell   *lc;
 	bool		more = false;
 	int64		released_total = 0;
+	int64		processed_total = 0;
+	TimestampTz started = GetCurrentTimestamp();
 
 	if (!streams_with_work(cycle_context, &streams))
 	{
@@ -622,6 +624,7 @@ run_cycle(MemoryContext cycle_context)
 			int64		released;
 
 			CHECK_FOR_INTERRUPTS();
+			oe_slot_set_current(lfirst(lc), NULL);
 			released = release_one(lfirst(lc), cycle_context, &full);
 			released_total += Max(released, 0);
 			if (full)
@@ -644,9 +647,15 @@ run_cycle(MemoryContext cycle_context)
 
 		foreach(lc, partitions)
 		{
+			ConsumerPartition *cp = lfirst(lc);
+			int64		applied;
+
 			CHECK_FOR_INTERRUPTS();
-			if (process_one(lfirst(lc), cycle_context))
-				busy = lappend(busy, lfirst(lc));
+			oe_slot_set_current(NULL, cp->consumer);
+			applied = process_one(cp, cycle_context);
+			processed_total += applied;
+			if (applied >= OE_PROCESS_BATCH)
+				busy = lappend(busy, cp);
 		}
 		partitions = busy;
 		if (partitions != NIL && latch_is_set())
@@ -656,7 +665,8 @@ run_cycle(MemoryContext cycle_context)
 		}
 	}
 
-	oe_slot_count_cycle(released_total);
+	oe_slot_set_current(NULL, NULL);
+	oe_slot_count_cycle(released_total, processed_total, started);
 	oe_slot_set_state("idle");
 	return more;
 }
