@@ -10,9 +10,11 @@ SELECT ordered_events.create_stream('priv_f', gap_policy => 'fence');
 CREATE ROLE regress_oe_producer;
 CREATE ROLE regress_oe_consumer;
 CREATE ROLE regress_oe_operator;
-CREATE ROLE regress_oe_monitor;
+-- the monitor has pg_monitor and nothing else: the extension grants it
+-- the views that show state (README.md, "Security")
+CREATE ROLE regress_oe_monitor IN ROLE pg_monitor;
 GRANT USAGE ON SCHEMA ordered_events
-   TO regress_oe_producer, regress_oe_consumer, regress_oe_operator, regress_oe_monitor;
+   TO regress_oe_producer, regress_oe_consumer, regress_oe_operator;
 GRANT EXECUTE ON FUNCTION ordered_events.ingest(text, bigint, text, jsonb, timestamptz, timestamptz, boolean),
                           ordered_events.append(text, text, jsonb, timestamptz) TO regress_oe_producer;
 GRANT INSERT ON ordered_events.inbox TO regress_oe_producer;
@@ -22,9 +24,6 @@ GRANT EXECUTE ON FUNCTION ordered_events.create_stream(text, text, bigint, text,
                           ordered_events.drop_stream(text),
                           ordered_events.release(text),
                           ordered_events.skip_gap(text, bigint, text, text) TO regress_oe_operator;
-GRANT SELECT ON ordered_events.stream_stats, ordered_events.key_status,
-                ordered_events.worker_status TO regress_oe_monitor;
-GRANT EXECUTE ON FUNCTION ordered_events.worker_status_internal() TO regress_oe_monitor;
 
 -- the producer writes by every path, rejected events included
 SET ROLE regress_oe_producer;
@@ -97,7 +96,6 @@ GRANT EXECUTE ON FUNCTION ordered_events.create_consumer(text, integer, regproce
                           ordered_events.unsubscribe(text, text) TO regress_oe_operator;
 GRANT EXECUTE ON FUNCTION ordered_events.read(text, integer, integer),
                           ordered_events.peek(text, integer, integer) TO regress_oe_consumer;
-GRANT SELECT ON ordered_events.consumers TO regress_oe_monitor;
 CREATE ROLE regress_oe_nobody;
 GRANT USAGE ON SCHEMA ordered_events TO regress_oe_nobody;
 SET ROLE regress_oe_operator;
@@ -214,6 +212,49 @@ SELECT count(*) FROM ordered_events.results;
 RESET ROLE;
 -- nothing was applied but by the processor: 1 event left
 SELECT ordered_events.process('priv_h');
+-- pg_monitor (0.2): the role with pg_monitor alone reads every monitoring
+-- view and the metrics of a handler consumer and a plain one (a gap's age
+-- shown as whether there is one), but no
+-- event, state or result, and neither reads nor processes
+SET ROLE regress_oe_monitor;
+SELECT count(*) > 0 AS streams FROM ordered_events.streams WHERE stream LIKE 'priv_%';
+SELECT count(*) > 0 AS ranges FROM ordered_events.ranges WHERE stream LIKE 'priv_%';
+SELECT count(*) >= 0 AS skipped_gaps FROM ordered_events.skipped_gaps;
+SELECT count(*) > 0 AS stream_stats FROM ordered_events.stream_stats WHERE stream LIKE 'priv_%';
+SELECT count(*) > 0 AS key_status FROM ordered_events.key_status WHERE stream LIKE 'priv_%';
+SELECT consumer, stream, unread_count FROM ordered_events.consumers
+ WHERE consumer LIKE 'priv_%' ORDER BY consumer, stream;
+SELECT count(*) >= 0 AS worker_status FROM ordered_events.worker_status;
+SELECT metric, type, stream, consumer,
+       CASE WHEN metric = 'ordered_events_gap_age_seconds' THEN (value > 0)::integer
+            ELSE value END AS value
+  FROM ordered_events.metrics
+ WHERE stream LIKE 'priv_%' OR consumer LIKE 'priv_%'
+ ORDER BY metric, stream, consumer;
+\set VERBOSITY sqlstate
+SELECT count(*) FROM ordered_events.pending;
+SELECT count(*) FROM ordered_events.released;
+SELECT count(*) FROM ordered_events.key_state;
+SELECT count(*) FROM ordered_events.results;
+SELECT count(*) FROM ordered_events.unprocessed;
+SELECT ordered_events.process('priv_h');
+SELECT * FROM ordered_events.read('priv_cons');
+SELECT ordered_events.release('priv_c');
+\set VERBOSITY terse
+RESET ROLE;
+-- what pg_monitor may read and call: the monitoring views and the
+-- function behind worker_status, nothing more
+SELECT c.relname AS pg_monitor_may_select
+  FROM pg_class c
+ WHERE c.relnamespace = 'ordered_events'::regnamespace
+   AND has_table_privilege('pg_monitor', c.oid, 'SELECT')
+ ORDER BY c.relname;
+SELECT p.proname AS pg_monitor_may_execute_beyond_public
+  FROM pg_proc p
+ WHERE p.pronamespace = 'ordered_events'::regnamespace
+   AND has_function_privilege('pg_monitor', p.oid, 'EXECUTE')
+   AND NOT has_function_privilege('public', p.oid, 'EXECUTE')
+ ORDER BY p.proname;
 SET ROLE regress_oe_handler_owner;
 SELECT ordered_events.drop_consumer('priv_h');
 RESET ROLE;
@@ -225,7 +266,7 @@ SELECT p.proname, has_function_privilege('public', p.oid, 'EXECUTE') AS public_m
  WHERE p.pronamespace = 'ordered_events'::regnamespace
    AND p.proname IN ('create_stream', 'alter_stream', 'drop_stream', 'ingest', 'append',
                      'release', 'skip_gap', 'gaps', 'blockers', 'blocking_transactions',
-                     'inbox_insert', 'stream_def_changed', 'worker_status_internal',
+                     'inbox_insert', 'stream_def_changed', 'worker_report',
                      'stream_id',
                      'create_consumer', 'drop_consumer', 'subscribe', 'unsubscribe', 'read',
                      'peek', 'key_partition', 'count_released', 'forget_unused_totals',

@@ -49,7 +49,8 @@ SELECT is_empty($$
     'schema ordered_events holds no function that is not part of the extension');
 
 -- The inventory of the schema, internal objects included, as 0.2 (issue 11:
--- consumers, issue 12: handlers) leaves it after CREATE EXTENSION, which runs
+-- consumers, issue 12: handlers, issue 13: metrics; worker_status_internal
+-- became worker_report) leaves it after CREATE EXTENSION, which runs
 -- the 0.1 script and the 0.1--0.2 update: an object the update forgot to
 -- drop, or a new one, shows here.  fence_seq_<id> sequences come with fence streams; this
 -- database has none.
@@ -68,7 +69,7 @@ SELECT functions_are('ordered_events', ARRAY[
     'define_consumer', 'forget_unused_totals',
     'inbox_insert', 'invalid_option', 'lag_us', 'lock_streams', 'output_stream_or_error',
     'read_here', 'stream_def_changed',
-    'stream_id', 'stream_or_error', 'streams_with_work', 'worker_status_internal'],
+    'stream_id', 'stream_or_error', 'streams_with_work', 'worker_report'],
     'schema ordered_events has exactly the functions of 0.2');
 SELECT tables_are('ordered_events', ARRAY[
     'unprocessed',
@@ -78,7 +79,7 @@ SELECT tables_are('ordered_events', ARRAY[
     'schema ordered_events has exactly the tables of 0.2');
 SELECT views_are('ordered_events', ARRAY[
     'streams', 'inbox', 'released', 'pending', 'ranges', 'key_status', 'stream_stats',
-    'worker_status', 'skipped_gaps', 'consumers', 'key_state', 'results',
+    'worker_status', 'skipped_gaps', 'consumers', 'key_state', 'results', 'metrics',
     -- internal
     'accepted_events'],
     'schema ordered_events has exactly the views of 0.2');

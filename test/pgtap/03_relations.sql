@@ -3,7 +3,7 @@
 -- has exactly the contract's columns, in the contract's order, with their
 -- types.
 BEGIN;
-SELECT plan(119);
+SELECT plan(134);
 
 CREATE TEMP TABLE contract_column (
     rel name NOT NULL,
@@ -29,7 +29,8 @@ INSERT INTO contract_relation VALUES
     (7, 'stream_stats',  '{v}'),
     (8, 'worker_status', '{v}'),
     (9, 'unprocessed',   '{r}'),
-    (10, 'skipped_gaps', '{v,r}');    -- a view over the internal ledger; a table would do as well
+    (10, 'skipped_gaps', '{v,r}'),    -- a view over the internal ledger; a table would do as well
+    (11, 'metrics',      '{v}');      -- 0.2: for Prometheus (contrib/prometheus/)
 
 INSERT INTO contract_column (rel, pos, col, typ) VALUES
     ('streams', 1, 'stream', 'text'),
@@ -101,6 +102,13 @@ INSERT INTO contract_column (rel, pos, col, typ) VALUES
     ('worker_status', 6, 'cycles', 'bigint'),
     ('worker_status', 7, 'released_total', 'bigint'),
     ('worker_status', 8, 'last_error', 'text'),
+    -- 0.2 (issue 13): what the worker does now and how fast
+    ('worker_status', 9, 'processed_total', 'bigint'),
+    ('worker_status', 10, 'current_stream', 'text'),
+    ('worker_status', 11, 'current_consumer', 'text'),
+    ('worker_status', 12, 'last_cycle_duration', 'interval'),
+    ('worker_status', 13, 'released_per_second', 'double precision'),
+    ('worker_status', 14, 'processed_per_second', 'double precision'),
 
     ('unprocessed', 1, 'stream', 'text'),
     ('unprocessed', 2, 'seq', 'bigint'),
@@ -117,9 +125,15 @@ INSERT INTO contract_column (rel, pos, col, typ) VALUES
     ('skipped_gaps', 3, 'gap_start', 'bigint'),
     ('skipped_gaps', 4, 'gap_end', 'bigint'),
     ('skipped_gaps', 5, 'reason', 'text'),
-    ('skipped_gaps', 6, 'skipped_at', 'timestamp with time zone');
+    ('skipped_gaps', 6, 'skipped_at', 'timestamp with time zone'),
 
--- 10 relations x 4 tests = 40
+    ('metrics', 1, 'metric', 'text'),
+    ('metrics', 2, 'type', 'text'),
+    ('metrics', 3, 'stream', 'text'),
+    ('metrics', 4, 'consumer', 'text'),
+    ('metrics', 5, 'value', 'double precision');
+
+-- 11 relations x 4 tests = 44
 SELECT has_relation('ordered_events', r.rel, format('relation ordered_events.%s exists', r.rel))
   FROM contract_relation r ORDER BY r.ord;
 SELECT ok((SELECT c.relkind = ANY (r.kinds) FROM pg_class c
@@ -142,7 +156,7 @@ SELECT is((SELECT string_agg(a.attname || ' ' || format_type(a.atttypid, a.attty
           format('%s: columns in contract order with contract types', r.rel))
   FROM contract_relation r ORDER BY r.ord;
 
--- 76 columns, one col_type_is each
+-- 88 columns, one col_type_is each
 SELECT col_type_is('ordered_events', c.rel, c.col, c.typ,
            format('%s.%s is %s', c.rel, c.col, c.typ))
   FROM contract_column c JOIN contract_relation r USING (rel)
