@@ -28,6 +28,12 @@ $node->safe_psql('postgres', q{
 	   TO producer;
 	GRANT SELECT ON ordered_events.stream_def, ordered_events.gap_skips TO producer;
 	GRANT INSERT ON ordered_events.unprocessed, ordered_events.inbox TO producer;
+	-- and a monitor's, to the function behind worker_status included
+	CREATE ROLE dashboard;
+	GRANT USAGE ON SCHEMA ordered_events TO dashboard;
+	GRANT SELECT ON ordered_events.stream_stats, ordered_events.key_status,
+	                ordered_events.worker_status TO dashboard;
+	GRANT EXECUTE ON FUNCTION ordered_events.worker_status_internal() TO dashboard;
 
 	SELECT ordered_events.create_stream('g');
 	SELECT ordered_events.create_stream('k', 'per_key', gap_policy => 'timeout', gap_timeout => '1 hour');
@@ -120,11 +126,29 @@ is($node->safe_psql('postgres', $state_sql), $before, 'every event, dead letter,
 # 0.2's rules.
 is($node->safe_psql('postgres', q{
 	SELECT has_table_privilege('producer', 'ordered_events.unprocessed', 'INSERT'),
-	       has_function_privilege('public', 'ordered_events.worker_status_internal()', 'EXECUTE'),
+	       has_function_privilege('public', 'ordered_events.worker_report()', 'EXECUTE'),
 	       has_function_privilege('public', 'ordered_events.inbox_insert()', 'EXECUTE'),
 	       (SELECT prosecdef FROM pg_proc WHERE oid = 'ordered_events.blockers(text)'::regprocedure),
 	       (SELECT prosecdef FROM pg_proc WHERE oid = 'ordered_events.drop_stream(text)'::regprocedure)}),
 	'f|f|f|f|t', 'the producer may no longer forge dead letters; internal functions are not PUBLIC');
+
+# worker_status_internal() became worker_report() (issue 13): the 0.1
+# monitor, granted the old function, still reads worker_status with its new
+# columns; a role with pg_monitor alone reads it and the metrics.
+is($node->safe_psql('postgres', q{
+	SELECT to_regprocedure('ordered_events.worker_status_internal()') IS NULL,
+	       has_function_privilege('dashboard', 'ordered_events.worker_report()', 'EXECUTE');
+	SET ROLE dashboard;
+	SELECT count(*) >= 0, count(processed_total) >= 0 FROM ordered_events.worker_status;
+	RESET ROLE;
+	CREATE ROLE watcher IN ROLE pg_monitor;
+	SET ROLE watcher;
+	SELECT count(*) >= 0 FROM ordered_events.worker_status;
+	SELECT value FROM ordered_events.metrics
+	 WHERE metric = 'ordered_events_released_events_total' AND stream = 'g';
+	RESET ROLE}),
+	"t|t\nt|t\nt\n5",
+	'the 0.1 monitor may still read worker_status, and pg_monitor reads it and the metrics');
 
 # The streams go on.
 is($node->safe_psql('postgres', q{
