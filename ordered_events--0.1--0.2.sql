@@ -1368,6 +1368,14 @@ SELECT database, pid, state, started_at, last_cycle_at, cycles, released_total, 
   FROM ordered_events.worker_report();
 DROP FUNCTION ordered_events.worker_status_internal();
 
+-- Whether the library is preloaded (then worker_report() may be called).
+CREATE FUNCTION ordered_events.worker_loaded()
+RETURNS boolean
+LANGUAGE c STABLE PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'oe_worker_loaded';
+COMMENT ON FUNCTION ordered_events.worker_loaded() IS
+    'Whether ordered_events is in shared_preload_libraries, so that the background worker can run';
+
 /*
  * Metrics for Prometheus (contrib/prometheus/): one row per metric and
  * label set, read from counters and indexes only, so that a scrape costs
@@ -1434,7 +1442,8 @@ SELECT 'ordered_events_handler_dead_letters_total', 'counter', NULL, c.consumer,
 UNION ALL
 -- the worker of this database
 SELECT m.metric, m.type, NULL, NULL, m.value
-  FROM ordered_events.worker_report() w
+  FROM (SELECT * FROM ordered_events.worker_report()
+         WHERE ordered_events.worker_loaded()) w     -- without it, no worker metrics
  CROSS JOIN LATERAL (VALUES
         ('ordered_events_worker_up', 'gauge', (w.pid IS NOT NULL)::integer::double precision),
         ('ordered_events_worker_failing', 'gauge', (w.last_error IS NOT NULL)::integer::double precision),

@@ -367,6 +367,14 @@ slot_rates(const OeWorkerSlot *s, TimestampTz now, double *released, double *pro
 	*processed = seconds > 0 ? (s->processed_total - base.processed_total) / seconds : 0;
 }
 
+/* worker_loaded() returns boolean: whether the library is preloaded. */
+PG_FUNCTION_INFO_V1(oe_worker_loaded);
+Datum
+oe_worker_loaded(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(oe_shared != NULL);
+}
+
 /*
  * worker_status() returns one row per served database: database, pid, state,
  * started_at, last_cycle_at, cycles, released_total, last_error,

@@ -69,7 +69,7 @@ SELECT functions_are('ordered_events', ARRAY[
     'define_consumer', 'forget_unused_totals',
     'inbox_insert', 'invalid_option', 'lag_us', 'lock_streams', 'output_stream_or_error',
     'read_here', 'stream_def_changed',
-    'stream_id', 'stream_or_error', 'streams_with_work', 'worker_report'],
+    'stream_id', 'stream_or_error', 'streams_with_work', 'worker_loaded', 'worker_report'],
     'schema ordered_events has exactly the functions of 0.2');
 SELECT tables_are('ordered_events', ARRAY[
     'unprocessed',

@@ -177,6 +177,12 @@ isnt($ret, 0, 'binary-upgrade mode: worker_status fails');
 like($stderr, qr/the ordered_events background worker is not loaded/,
 	'binary-upgrade mode: the library set up no shared state');
 is( $node->safe_psql('postgres', q{
+	SELECT coalesce(string_agg(metric, ',') FILTER (WHERE metric LIKE '%worker%'), '')
+	       || '/' || count(*) FILTER (WHERE metric = 'ordered_events_released_events_total'
+	                                    AND stream = 's')
+	  FROM ordered_events.metrics}),
+	'/1', 'binary-upgrade mode: metrics has the stream, and no worker metrics');
+is( $node->safe_psql('postgres', q{
 	SELECT count(*) FROM pg_stat_activity WHERE backend_type LIKE 'ordered_events%'}),
 	'0', 'binary-upgrade mode: no ordered_events process');
 is( $node->safe_psql('postgres', q{
