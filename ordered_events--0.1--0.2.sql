@@ -1469,3 +1469,42 @@ GRANT SELECT ON ordered_events.streams, ordered_events.ranges, ordered_events.st
                 ordered_events.metrics
    TO pg_monitor;
 GRANT EXECUTE ON FUNCTION ordered_events.worker_report() TO pg_monitor;
+
+/*
+ * pending reads each lane from its range_end on, by the primary key, and
+ * never the released events before it: its cost is the stream's lanes and
+ * pending events, whatever it released (bench/monitoring.sh, figure 11e).
+ * The lanes are the stream's progress rows and the keys that no release
+ * step has looked at yet (key_arrivals); before range_end only late events
+ * in a skipped run that no step settled yet are pending.
+ */
+CREATE OR REPLACE VIEW ordered_events.pending AS
+SELECT w.stream, w.seq, w.key, w.payload, w.event_ts, w.alignment_ts, w.received_at
+  FROM (SELECT d.stream, e.lane, e.seq, e.key, e.payload, e.event_ts, e.alignment_ts,
+               e.received_at
+          FROM ordered_events.stream_def d
+         CROSS JOIN LATERAL (
+                SELECT p.lane, p.range_end FROM ordered_events.progress p
+                 WHERE p.stream_id = d.stream_id
+                UNION
+                SELECT a.key, d.initial_sequence FROM ordered_events.key_arrivals a
+                 WHERE a.stream_id = d.stream_id
+                   AND NOT EXISTS (SELECT FROM ordered_events.progress p
+                                    WHERE p.stream_id = a.stream_id AND p.lane = a.key)) l
+         CROSS JOIN LATERAL (
+                -- OFFSET 0: planned on its own, an index range per lane
+                SELECT e.lane, e.seq, e.key, e.payload, e.event_ts, e.alignment_ts, e.received_at
+                  FROM ordered_events.event_store e
+                 WHERE e.stream_id = d.stream_id AND e.lane = l.lane AND e.seq >= l.range_end
+                OFFSET 0) e
+        UNION ALL
+        SELECT d.stream, e.lane, e.seq, e.key, e.payload, e.event_ts, e.alignment_ts,
+               e.received_at
+          FROM ordered_events.gap_skips g
+          JOIN ordered_events.stream_def d ON d.stream_id = g.stream_id
+          JOIN ordered_events.progress p ON p.stream_id = g.stream_id AND p.lane = g.lane
+          JOIN ordered_events.event_store e
+            ON e.stream_id = g.stream_id AND e.lane = g.lane
+           AND e.seq BETWEEN g.gap_start AND g.gap_end AND e.seq < p.range_end
+         WHERE NOT g.settled) w
+ ORDER BY w.stream, w.lane, w.seq;
