@@ -1508,3 +1508,51 @@ SELECT w.stream, w.seq, w.key, w.payload, w.event_ts, w.alignment_ts, w.received
            AND e.seq BETWEEN g.gap_start AND g.gap_end AND e.seq < p.range_end
          WHERE NOT g.settled) w
  ORDER BY w.stream, w.lane, w.seq;
+
+/*
+ * stream_stats from each lane's counters and ends, the pending events and
+ * the dead letters: its cost is the stream's lanes, pending events, dead
+ * letters and skips, whatever it released (bench/monitoring.sh, 11a).
+ */
+CREATE OR REPLACE VIEW ordered_events.stream_stats AS
+SELECT d.stream,
+       CASE WHEN d.sequencing = 'global' THEN p.range_end END AS range_end,
+       mx.max_seen_seq,
+       pe.pending_count,
+       rel.released_count,
+       un.unprocessed_count,
+       pe.oldest_pending_at,
+       fg.first_gap_start,
+       fg.first_gap_since,
+       sk.skipped_count
+  FROM ordered_events.stream_def d
+  LEFT JOIN ordered_events.progress p ON p.stream_id = d.stream_id AND p.lane = ''
+ CROSS JOIN LATERAL (
+        -- the highest seq of each lane, read backwards from its end
+        SELECT max((SELECT e.seq FROM ordered_events.event_store e
+                     WHERE e.stream_id = l.stream_id AND e.lane = l.lane
+                     ORDER BY e.seq DESC LIMIT 1)) AS max_seen_seq
+          FROM (SELECT q.stream_id, q.lane FROM ordered_events.progress q
+                 WHERE q.stream_id = d.stream_id
+                UNION
+                SELECT a.stream_id, a.key FROM ordered_events.key_arrivals a
+                 WHERE a.stream_id = d.stream_id) l) mx
+ CROSS JOIN LATERAL (
+        SELECT count(*) AS pending_count, min(w.received_at) AS oldest_pending_at
+          FROM ordered_events.pending w WHERE w.stream = d.stream) pe
+ CROSS JOIN LATERAL (
+        SELECT coalesce(sum(l.released_count), 0)::bigint AS released_count
+          FROM ordered_events.progress l WHERE l.stream_id = d.stream_id) rel
+ LEFT JOIN LATERAL (
+        SELECT g.gap_start AS first_gap_start, g.first_seen AS first_gap_since
+          FROM ordered_events.gaps(d.stream) g
+         ORDER BY g.first_seen NULLS LAST, g.gap_start
+         LIMIT 1) fg ON true
+ CROSS JOIN LATERAL (
+        SELECT count(*) AS unprocessed_count
+          FROM ordered_events.unprocessed u
+         WHERE u.stream = d.stream AND u.consumer IS NULL) un
+ CROSS JOIN LATERAL (
+        SELECT least(coalesce(sum(g.gap_end::numeric - g.gap_start + 1), 0),
+                     9223372036854775807)::bigint AS skipped_count
+          FROM ordered_events.gap_skips g WHERE g.stream_id = d.stream_id) sk;
