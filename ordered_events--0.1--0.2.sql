@@ -1556,3 +1556,96 @@ SELECT d.stream,
         SELECT least(coalesce(sum(g.gap_end::numeric - g.gap_start + 1), 0),
                      9223372036854775807)::bigint AS skipped_count
           FROM ordered_events.gap_skips g WHERE g.stream_id = d.stream_id) sk;
+
+/*
+ * key_status.  A per-key stream's keys are its lanes: each is read from
+ * its counters and by the primary key around its range_end, so the cost is
+ * the stream's keys, pending events and dead letters, whatever it
+ * released.  A global stream's keys are spread over its one lane and are
+ * still counted from its events.
+ */
+CREATE OR REPLACE VIEW ordered_events.key_status AS
+WITH global_accepted AS (
+    SELECT a.stream, a.key,
+           max(a.seq) FILTER (WHERE a.is_released) AS last_released_seq,
+           count(*) FILTER (WHERE NOT a.is_released) AS buffered_count,
+           min(a.seq) FILTER (WHERE NOT a.is_released) AS earliest_buffered_seq,
+           max(a.seq) FILTER (WHERE NOT a.is_released) AS latest_buffered_seq,
+           count(*) AS received_count,
+           count(*) FILTER (WHERE a.is_released) AS released_count,
+           bool_or(a.last_event) AS last_event_received
+      FROM ordered_events.accepted_events a
+      JOIN ordered_events.stream_def d ON d.stream_id = a.stream_id AND d.sequencing = 'global'
+     GROUP BY a.stream, a.key
+), global_rejected AS (
+    SELECT u.stream, u.key,
+           count(*) AS received_count,
+           count(*) FILTER (WHERE u.reason = 'duplicate') AS duplicate_count
+      FROM ordered_events.unprocessed u
+      JOIN ordered_events.stream_def d ON d.stream = u.stream AND d.sequencing = 'global'
+     WHERE u.consumer IS NULL
+     GROUP BY u.stream, u.key
+)
+SELECT coalesce(a.stream, r.stream) AS stream,
+       coalesce(a.key, r.key) AS key,
+       a.last_released_seq,
+       coalesce(a.buffered_count, 0) AS buffered_count,
+       a.earliest_buffered_seq,
+       a.latest_buffered_seq,
+       coalesce(a.received_count, 0) + coalesce(r.received_count, 0) AS received_count,
+       coalesce(a.released_count, 0) AS released_count,
+       coalesce(r.duplicate_count, 0) AS duplicate_count,
+       coalesce(a.last_event_received, false) AS last_event_received
+  FROM global_accepted a
+  FULL JOIN global_rejected r ON r.stream = a.stream AND r.key = a.key
+UNION ALL
+SELECT s.stream, s.key, s.last_released_seq, s.buffered_count, s.earliest_buffered_seq,
+       s.latest_buffered_seq, s.released_count + s.buffered_count + s.rejected_count,
+       s.released_count, s.duplicate_count, s.last_event_received
+  FROM (SELECT d.stream, k.key,
+               coalesce(p.released_count, 0) AS released_count,
+               -- the highest released seq: below range_end, not a late event
+               (SELECT e.seq FROM ordered_events.event_store e
+                 WHERE e.stream_id = d.stream_id AND e.lane = k.key AND e.seq < p.range_end
+                   AND NOT EXISTS (SELECT FROM ordered_events.gap_skips g
+                                    WHERE g.stream_id = e.stream_id AND g.lane = e.lane
+                                      AND NOT g.settled
+                                      AND e.seq BETWEEN g.gap_start AND g.gap_end)
+                 ORDER BY e.seq DESC LIMIT 1) AS last_released_seq,
+               b.buffered_count, b.earliest_buffered_seq, b.latest_buffered_seq,
+               r.rejected_count, r.duplicate_count,
+               EXISTS (SELECT FROM ordered_events.event_store e
+                        WHERE e.stream_id = d.stream_id AND e.lane = k.key
+                          AND e.last_event) AS last_event_received
+          FROM ordered_events.stream_def d
+         CROSS JOIN LATERAL (
+                -- the keys with events (their lanes) or dead letters
+                SELECT q.lane AS key FROM ordered_events.progress q
+                 WHERE q.stream_id = d.stream_id
+                UNION
+                SELECT a.key FROM ordered_events.key_arrivals a WHERE a.stream_id = d.stream_id
+                UNION
+                SELECT u.key FROM ordered_events.unprocessed u
+                 WHERE u.stream = d.stream AND u.consumer IS NULL) k
+          LEFT JOIN ordered_events.progress p ON p.stream_id = d.stream_id AND p.lane = k.key
+         CROSS JOIN LATERAL (
+                SELECT count(*) AS buffered_count, min(w.seq) AS earliest_buffered_seq,
+                       max(w.seq) AS latest_buffered_seq
+                  FROM (SELECT e.seq FROM ordered_events.event_store e
+                         WHERE e.stream_id = d.stream_id AND e.lane = k.key
+                           AND e.seq >= coalesce(p.range_end, d.initial_sequence)
+                        UNION ALL
+                        SELECT e.seq FROM ordered_events.gap_skips g
+                          JOIN ordered_events.event_store e
+                            ON e.stream_id = g.stream_id AND e.lane = g.lane
+                           AND e.seq BETWEEN g.gap_start AND g.gap_end
+                           AND e.seq < coalesce(p.range_end, d.initial_sequence)
+                         WHERE g.stream_id = d.stream_id AND g.lane = k.key
+                           AND NOT g.settled) w) b
+         CROSS JOIN LATERAL (
+                SELECT count(*) AS rejected_count,
+                       count(*) FILTER (WHERE u.reason = 'duplicate') AS duplicate_count
+                  FROM ordered_events.unprocessed u
+                 WHERE u.stream = d.stream AND u.key = k.key AND u.consumer IS NULL) r
+         WHERE d.sequencing = 'per_key') s
+ WHERE s.released_count + s.buffered_count + s.rejected_count > 0;
