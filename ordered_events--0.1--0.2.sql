@@ -270,41 +270,6 @@ SELECT d.stream,
                      9223372036854775807)::bigint AS skipped_count
           FROM ordered_events.gap_skips g WHERE g.stream_id = d.stream_id) sk;
 
--- key_status counts what the stream did with a key's events, not what
--- handlers did (their dead letters name a consumer).
-CREATE OR REPLACE VIEW ordered_events.key_status AS
-WITH accepted AS (
-    SELECT a.stream, a.key,
-           max(a.seq) FILTER (WHERE a.is_released) AS last_released_seq,
-           count(*) FILTER (WHERE NOT a.is_released) AS buffered_count,
-           min(a.seq) FILTER (WHERE NOT a.is_released) AS earliest_buffered_seq,
-           max(a.seq) FILTER (WHERE NOT a.is_released) AS latest_buffered_seq,
-           count(*) AS received_count,
-           count(*) FILTER (WHERE a.is_released) AS released_count,
-           bool_or(a.last_event) AS last_event_received
-      FROM ordered_events.accepted_events a
-     GROUP BY a.stream, a.key
-), rejected AS (
-    SELECT u.stream, u.key,
-           count(*) AS received_count,
-           count(*) FILTER (WHERE u.reason = 'duplicate') AS duplicate_count
-      FROM ordered_events.unprocessed u
-     WHERE u.consumer IS NULL
-     GROUP BY u.stream, u.key
-)
-SELECT coalesce(a.stream, r.stream) AS stream,
-       coalesce(a.key, r.key) AS key,
-       a.last_released_seq,
-       coalesce(a.buffered_count, 0) AS buffered_count,
-       a.earliest_buffered_seq,
-       a.latest_buffered_seq,
-       coalesce(a.received_count, 0) + coalesce(r.received_count, 0) AS received_count,
-       coalesce(a.released_count, 0) AS released_count,
-       coalesce(r.duplicate_count, 0) AS duplicate_count,
-       coalesce(a.last_event_received, false) AS last_event_received
-  FROM accepted a
-  FULL JOIN rejected r ON r.stream = a.stream AND r.key = a.key;
-
 -- Now nothing reads the 0.1 tables and columns: drop them (out of the
 -- extension first, which also takes them off its list of dumped tables),
 -- and swap the enums in.
@@ -1565,39 +1530,33 @@ SELECT d.stream,
  * still counted from its events.
  */
 CREATE OR REPLACE VIEW ordered_events.key_status AS
-WITH global_accepted AS (
-    SELECT a.stream, a.key,
-           max(a.seq) FILTER (WHERE a.is_released) AS last_released_seq,
-           count(*) FILTER (WHERE NOT a.is_released) AS buffered_count,
-           min(a.seq) FILTER (WHERE NOT a.is_released) AS earliest_buffered_seq,
-           max(a.seq) FILTER (WHERE NOT a.is_released) AS latest_buffered_seq,
-           count(*) AS received_count,
-           count(*) FILTER (WHERE a.is_released) AS released_count,
-           bool_or(a.last_event) AS last_event_received
-      FROM ordered_events.accepted_events a
-      JOIN ordered_events.stream_def d ON d.stream_id = a.stream_id AND d.sequencing = 'global'
-     GROUP BY a.stream, a.key
-), global_rejected AS (
-    SELECT u.stream, u.key,
-           count(*) AS received_count,
-           count(*) FILTER (WHERE u.reason = 'duplicate') AS duplicate_count
-      FROM ordered_events.unprocessed u
-      JOIN ordered_events.stream_def d ON d.stream = u.stream AND d.sequencing = 'global'
-     WHERE u.consumer IS NULL
-     GROUP BY u.stream, u.key
-)
-SELECT coalesce(a.stream, r.stream) AS stream,
-       coalesce(a.key, r.key) AS key,
-       a.last_released_seq,
-       coalesce(a.buffered_count, 0) AS buffered_count,
-       a.earliest_buffered_seq,
-       a.latest_buffered_seq,
-       coalesce(a.received_count, 0) + coalesce(r.received_count, 0) AS received_count,
-       coalesce(a.released_count, 0) AS released_count,
-       coalesce(r.duplicate_count, 0) AS duplicate_count,
-       coalesce(a.last_event_received, false) AS last_event_received
-  FROM global_accepted a
-  FULL JOIN global_rejected r ON r.stream = a.stream AND r.key = a.key
+SELECT d.stream, x.key,
+       max(x.seq) FILTER (WHERE x.released) AS last_released_seq,
+       count(*) FILTER (WHERE x.accepted AND NOT x.released) AS buffered_count,
+       min(x.seq) FILTER (WHERE x.accepted AND NOT x.released) AS earliest_buffered_seq,
+       max(x.seq) FILTER (WHERE x.accepted AND NOT x.released) AS latest_buffered_seq,
+       count(*) AS received_count,
+       count(*) FILTER (WHERE x.released) AS released_count,
+       count(*) FILTER (WHERE x.reason = 'duplicate') AS duplicate_count,
+       coalesce(bool_or(x.last_event), false) AS last_event_received
+  FROM ordered_events.stream_def d
+  JOIN ordered_events.progress p ON p.stream_id = d.stream_id AND p.lane = ''
+ CROSS JOIN LATERAL (
+        -- a global stream's events, and its dead letters
+        SELECT e.key, e.seq, true AS accepted,
+               e.seq < p.range_end AND NOT EXISTS (
+                   SELECT FROM ordered_events.gap_skips g
+                    WHERE g.stream_id = e.stream_id AND g.lane = e.lane AND NOT g.settled
+                      AND e.seq BETWEEN g.gap_start AND g.gap_end) AS released,
+               e.last_event, NULL::ordered_events.outcome AS reason
+          FROM ordered_events.event_store e
+         WHERE e.stream_id = d.stream_id AND e.lane = ''
+        UNION ALL
+        SELECT u.key, NULL, false, false, NULL, u.reason
+          FROM ordered_events.unprocessed u
+         WHERE u.stream = d.stream AND u.consumer IS NULL) x
+ WHERE d.sequencing = 'global'
+ GROUP BY d.stream, x.key
 UNION ALL
 SELECT s.stream, s.key, s.last_released_seq, s.buffered_count, s.earliest_buffered_seq,
        s.latest_buffered_seq, s.released_count + s.buffered_count + s.rejected_count,
