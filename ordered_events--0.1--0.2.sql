@@ -226,7 +226,9 @@ SELECT d.stream, CASE WHEN d.sequencing_enum = 'per_key' THEN g.lane END AS key,
 /*
  * stream_stats: the skip ledger can hold more than 2^63 seqs (a run from
  * -9223372036854775808, or many keys); skipped_count stops at the largest
- * bigint instead of failing for every stream.
+ * bigint instead of failing for every stream.  Here it leaves the 0.1
+ * tables, so that they can be dropped; the end of this script gives it its
+ * final, cheaper form, once pending reads lanes.
  */
 CREATE OR REPLACE VIEW ordered_events.stream_stats AS
 SELECT d.stream,
