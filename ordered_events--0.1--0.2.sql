@@ -760,6 +760,7 @@ COMMENT ON FUNCTION ordered_events.read_here(xid8, xid) IS
 CREATE FUNCTION ordered_events.committed_position(s ordered_events.subscription, row_xmin xid)
 RETURNS TABLE (read_delivery bigint, read_seq bigint, taken_count bigint, taken_lag numeric)
 LANGUAGE sql VOLATILE
+ROWS 1      -- one row; the default 1000 made the consumers view cost enough for JIT
 SET search_path = pg_catalog, pg_temp
 AS $$
 SELECT CASE WHEN mine THEN s.base_delivery ELSE s.read_delivery END,
