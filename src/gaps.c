@@ -5,18 +5,31 @@
  *	  part and its highest arrived seq, found by the lane walk that
  *	  releasing and skip_gap() use (lane.c).
  *
- * A global stream has one lane; a per-key stream's lanes are visited in
- * key order, jumping from one to the next in the primary key.  Reads with
- * the statement's snapshot; takes no lock.
+ * A global stream has one lane.  Of a per-key stream only the lanes that
+ * can have a gap are walked, in key order: those where a release step saw
+ * one (progress.gap_start, by a partial index) and those with events that
+ * no step has looked at yet (key_arrivals).  A step that leaves a lane with
+ * a missing seq records it, so the other lanes have none, and gaps() costs
+ * what it finds, not the stream's keys.  Reads with the statement's
+ * snapshot; takes no lock.
  *
  *-------------------------------------------------------------------------
  */
 #include "ordered_events.h"
 
+#include "catalog/pg_type.h"
 #include "funcapi.h"
 #include "utils/builtins.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
+
+static OePlan candidate_lanes_plan = {
+	"SELECT lane FROM ordered_events.progress WHERE stream_id = $1 AND gap_start IS NOT NULL "
+	"UNION "
+	"SELECT key FROM ordered_events.key_arrivals WHERE stream_id = $1 "
+	"ORDER BY 1",
+	1, {INT4OID}
+};
 
 /* oe_lane_holes() callback: one row (key, gap_start, gap_end, first_seen). */
 static void
@@ -68,10 +81,21 @@ oe_gaps(PG_FUNCTION_ARGS)
 		lane_gaps(&stream, oe_lane_of(&stream, NULL), snapshot, rsinfo);
 	else
 	{
-		text	   *lane = NULL;
+		Datum		id = Int32GetDatum(stream.stream_id);
+		SPITupleTable *lanes;
+		uint64		nlanes;
 
-		while ((lane = oe_next_lane(&stream, lane, snapshot)) != NULL)
-			lane_gaps(&stream, lane, snapshot, rsinfo);
+		oe_run_plan_snapshot(&candidate_lanes_plan, &id, NULL, snapshot);
+		lanes = SPI_tuptable;
+		nlanes = SPI_processed;
+		for (uint64 i = 0; i < nlanes; i++)
+		{
+			bool		isnull;
+
+			lane_gaps(&stream,
+					  DatumGetTextPP(SPI_getbinval(lanes->vals[i], lanes->tupdesc, 1, &isnull)),
+					  snapshot, rsinfo);
+		}
 	}
 	oe_internal_end(&scope);
 	return (Datum) 0;

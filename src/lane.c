@@ -239,7 +239,7 @@ oe_save_lane(OeLane *lane)
 	oe_step_add_run(lane);
 }
 
-/* A scan of the event primary key: one lane in seq order, or a stream's lanes. */
+/* A scan of the event primary key: one lane in seq order. */
 typedef struct LaneScan
 {
 	Relation	heap;
@@ -248,36 +248,25 @@ typedef struct LaneScan
 	IndexScanDesc scan;
 } LaneScan;
 
-/*
- * Scan the events of a stream with the given keys on (stream_id, lane,
- * seq): lane_strategy 0 for none, seq_from PG_INT64_MIN for none.
- */
+/* The lane's events from its range_end on, in seq order. */
 static void
-begin_scan(LaneScan *ls, const OeStream *stream, text *lane, StrategyNumber lane_strategy,
-		   int64 seq_from, Snapshot snapshot)
+begin_lane_scan(LaneScan *ls, const OeLane *lane, Snapshot snapshot)
 {
 	const OeRelations *rels = oe_relations();
 	ScanKeyData keys[3];
-	int			nkeys = 0;
 
-	ScanKeyInit(&keys[nkeys++], 1, BTEqualStrategyNumber, F_INT4EQ,
-				Int32GetDatum(stream->stream_id));
-	if (lane_strategy != InvalidStrategy)
-	{
-		ScanKeyInit(&keys[nkeys], 2, lane_strategy,
-					lane_strategy == BTEqualStrategyNumber ? F_TEXTEQ : F_TEXT_GT,
-					PointerGetDatum(lane));
-		keys[nkeys++].sk_collation = C_COLLATION_OID;
-	}
-	if (seq_from != PG_INT64_MIN)
-		ScanKeyInit(&keys[nkeys++], 3, BTGreaterEqualStrategyNumber, F_INT8GE,
-					Int64GetDatum(seq_from));
+	ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_INT4EQ,
+				Int32GetDatum(lane->stream->stream_id));
+	ScanKeyInit(&keys[1], 2, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(lane->lane));
+	keys[1].sk_collation = C_COLLATION_OID;
+	ScanKeyInit(&keys[2], 3, BTGreaterEqualStrategyNumber, F_INT8GE,
+				Int64GetDatum(lane->range_end));
 
 	ls->heap = table_open(rels->event, AccessShareLock);
 	ls->index = index_open(rels->event_pkey, AccessShareLock);
 	ls->slot = table_slot_create(ls->heap, NULL);
-	ls->scan = index_beginscan(ls->heap, ls->index, snapshot, nkeys, 0);
-	index_rescan(ls->scan, keys, nkeys, NULL, 0);
+	ls->scan = index_beginscan(ls->heap, ls->index, snapshot, 3, 0);
+	index_rescan(ls->scan, keys, 3, NULL, 0);
 }
 
 /* The next event's seq into *seq; false at the end. */
@@ -301,35 +290,6 @@ end_scan(LaneScan *ls)
 	table_close(ls->heap, AccessShareLock);
 }
 
-/* The lane's events from its range_end on, in seq order. */
-static void
-begin_lane_scan(LaneScan *ls, const OeLane *lane, Snapshot snapshot)
-{
-	begin_scan(ls, lane->stream, lane->lane, BTEqualStrategyNumber, lane->range_end, snapshot);
-}
-
-/*
- * The first lane of the stream after "after" (NULL: the first lane) that
- * has an event in the snapshot, as a copy; NULL if none.
- */
-text *
-oe_next_lane(const OeStream *stream, text *after, Snapshot snapshot)
-{
-	LaneScan	ls;
-	text	   *lane = NULL;
-	int64		seq;
-
-	begin_scan(&ls, stream, after, after ? BTGreaterStrategyNumber : InvalidStrategy,
-			   PG_INT64_MIN, snapshot);
-	if (scan_next(&ls, &seq))
-	{
-		bool		isnull;
-
-		lane = DatumGetTextPCopy(slot_getattr(ls.slot, Anum_oe_event_lane, &isnull));
-	}
-	end_scan(&ls);
-	return lane;
-}
 
 /*
  * Walk the lane's primary key from range_end in seq order with the given

@@ -414,7 +414,6 @@ extern void oe_save_lane(OeLane *lane);
 extern void oe_lane_holes(OeLane *lane, Snapshot snapshot, int64 through, bool past_last,
 						  void (*emit) (OeLane *lane, int64 start, int64 end, void *arg),
 						  void *arg);
-extern text *oe_next_lane(const OeStream *stream, text *after, Snapshot snapshot);
 
 /* gap_policy.c */
 extern int64 oe_policy_skip_end(OeLane *lane, int64 gap_end, Snapshot snapshot,
