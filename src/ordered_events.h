@@ -295,8 +295,7 @@ typedef struct OeWorkerSlot
 	int64		cycles;
 	int64		released_total;
 	int64		processed_total;
-	TimestampTz last_cycle_start;
-	TimestampTz last_cycle_end;
+	int64		last_cycle_usecs;	/* how long the last cycle took */
 	char		current_stream[NAMEDATALEN];	/* '' when none */
 	char		current_consumer[NAMEDATALEN];	/* '' when none */
 	OeRateSample samples[OE_RATE_SAMPLES];	/* a ring, by time */

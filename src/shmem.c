@@ -314,8 +314,7 @@ oe_slot_count_cycle(int64 released, int64 processed, TimestampTz started)
 	s->cycles++;
 	s->released_total += released;
 	s->processed_total += processed;
-	s->last_cycle_start = started;
-	s->last_cycle_end = now;
+	s->last_cycle_usecs = now - started;
 	s->last_cycle_at = now;
 	if (s->nsamples == 0 ||
 		now - s->samples[(s->next_sample + OE_RATE_SAMPLES - 1) % OE_RATE_SAMPLES].at >=
@@ -423,9 +422,8 @@ oe_worker_status(PG_FUNCTION_ARGS)
 		nulls[9] = (slot->pid == 0 || slot->current_stream[0] == '\0');
 		values[10] = CStringGetTextDatum(slot->current_consumer);
 		nulls[10] = (slot->pid == 0 || slot->current_consumer[0] == '\0');
-		values[11] = IntervalPGetDatum(microseconds_interval(slot->last_cycle_end -
-															 slot->last_cycle_start));
-		nulls[11] = (slot->last_cycle_end == 0);
+		values[11] = IntervalPGetDatum(microseconds_interval(slot->last_cycle_usecs));
+		nulls[11] = (slot->last_cycle_at == 0);
 		slot_rates(slot, GetCurrentTimestamp(), &released_rate, &processed_rate);
 		values[12] = Float8GetDatum(released_rate);
 		values[13] = Float8GetDatum(processed_rate);

@@ -318,7 +318,7 @@ static OeWorkerSlot *my_slot = NULL;
 static Oid	version_checked_for = InvalidOid;	/* the extension last checked */
 
 /* Per-worker memory of which streams failed last time, to log once. */
-static List *failing_streams = NIL;
+static List *failing_units = NIL;
 
 /* Warn once per installation if its SQL objects are of another version. */
 static void
@@ -346,21 +346,21 @@ check_extension_version(void)
 	oe_internal_end(&scope);
 }
 
-/* Remember or forget that a stream is failing; true if that changed. */
+/* Remember or forget that a unit of work is failing; true if that changed. */
 static bool
-note_stream_failing(const char *name, bool failing)
+note_failing(const char *name, bool failing)
 {
 	ListCell   *lc;
 	MemoryContext old;
 
-	foreach(lc, failing_streams)
+	foreach(lc, failing_units)
 	{
 		if (strcmp(lfirst(lc), name) == 0)
 		{
 			if (!failing)
 			{
 				pfree(lfirst(lc));
-				failing_streams = foreach_delete_current(failing_streams, lc);
+				failing_units = foreach_delete_current(failing_units, lc);
 			}
 			return !failing;
 		}
@@ -368,7 +368,7 @@ note_stream_failing(const char *name, bool failing)
 	if (!failing)
 		return false;
 	old = MemoryContextSwitchTo(TopMemoryContext);
-	failing_streams = lappend(failing_streams, pstrdup(name));
+	failing_units = lappend(failing_units, pstrdup(name));
 	MemoryContextSwitchTo(old);
 	return true;
 }
@@ -389,7 +389,7 @@ work_failed(const char *what, const char *unit, MemoryContext cycle_context)
 	FlushErrorState();
 	AbortCurrentTransaction();
 
-	if (note_stream_failing(what, true))
+	if (note_failing(what, true))
 		ereport(LOG,
 				(errmsg("ordered_events could not %s: %s", what, edata->message),
 				 errhint("The worker retries every cycle; see ordered_events.worker_status.")));
@@ -449,7 +449,7 @@ release_one(const char *name, MemoryContext cycle_context, bool *full)
 			oe_release_stream(&stream) : 0;
 		*full = released > 0 && released >= stream.max_release_batch;
 		end_work();
-		note_stream_failing(what, false);
+		note_failing(what, false);
 	}
 	PG_CATCH();
 	{
@@ -492,7 +492,7 @@ process_one(const ConsumerPartition *cp, MemoryContext cycle_context)
 		if (begin_work())
 			applied = oe_process_partition(cp->consumer, cp->partition, OE_PROCESS_BATCH);
 		end_work();
-		note_stream_failing(what, false);
+		note_failing(what, false);
 	}
 	PG_CATCH();
 	{
@@ -544,7 +544,7 @@ consumers_with_work(MemoryContext cycle_context)
 			oe_internal_end(&scope);
 		}
 		end_work();
-		note_stream_failing("list the consumers with work", false);
+		note_failing("list the consumers with work", false);
 	}
 	PG_CATCH();
 	{
@@ -576,7 +576,7 @@ streams_with_work(MemoryContext cycle_context, List **streams)
 									   cycle_context);
 		}
 		end_work();
-		note_stream_failing("list the streams with work", false);
+		note_failing("list the streams with work", false);
 	}
 	PG_CATCH();
 	{
