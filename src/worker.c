@@ -317,7 +317,7 @@ oe_launcher_main(Datum arg)
 static OeWorkerSlot *my_slot = NULL;
 static Oid	version_checked_for = InvalidOid;	/* the extension last checked */
 
-/* Per-worker memory of which streams failed last time, to log once. */
+/* Per-worker memory of which units of work failed last time, to log once. */
 static List *failing_units = NIL;
 
 /* Warn once per installation if its SQL objects are of another version. */
