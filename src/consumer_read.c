@@ -66,7 +66,7 @@ static OePlan plans[] = {
 		"SELECT c.consumer_id, c.partitions, c.handler, c.owner, "
 		"  (SELECT d.stream FROM ordered_events.stream_def d "
 		"    WHERE d.stream_id = c.output_stream_id), "
-		"  c.alignment = 'processing', c.handler_owner "
+		"  c.alignment = 'processing', c.handler_owner, pg_catalog.to_regprocedure(c.handler) "
 		"FROM ordered_events.consumer_or_error($1) c",
 		1, {TEXTOID}, CURSOR_OPT_GENERIC_PLAN
 	},
@@ -600,6 +600,8 @@ oe_consumer_lookup(Datum name, int32 partition, OeConsumer *consumer)
 		consumer->output_stream = isnull ? NULL : DatumGetTextPCopy(value);
 		consumer->align_processing = DatumGetBool(oe_result(0, 6, &isnull));
 		consumer->handler_owner = DatumGetObjectId(oe_result(0, 7, &isnull));
+		value = oe_result(0, 8, &isnull);
+		consumer->handler_fn = isnull ? InvalidOid : DatumGetObjectId(value);
 	}
 	if (partition < 0 || partition >= consumer->partitions)
 		ereport(ERROR,

@@ -54,7 +54,6 @@
 enum
 {
 	PLAN_DEFINE,
-	PLAN_HANDLER,
 	PLAN_LOAD_STATES,
 	PLAN_OUTPUT_ALIGNMENT
 };
@@ -63,10 +62,6 @@ static OePlan plans[] = {
 	[PLAN_DEFINE] = {
 		"SELECT ordered_events.define_consumer($1, $2, $3, $4, $5, $6)",
 		6, {TEXTOID, INT4OID, REGPROCEDUREOID, TEXTOID, TEXTOID, REGROLEOID}
-	},
-	[PLAN_HANDLER] = {
-		"SELECT pg_catalog.to_regprocedure($1)",
-		1, {TEXTOID}
 	},
 	/* The row of each key that has one, to update in place. */
 	[PLAN_LOAD_STATES] = {
@@ -291,15 +286,11 @@ static void
 open_handler(Step *step)
 {
 	const OeConsumer *c = step->consumer;
-	Datum		name = CStringGetTextDatum(c->handler);
-	bool		isnull;
-	Oid			fn;
+	Oid			fn = c->handler_fn;
 	HeapTuple	tuple;
 	Form_pg_proc proc;
 
-	oe_run_plan(&plans[PLAN_HANDLER], &name, NULL, SPI_OK_SELECT);
-	fn = DatumGetObjectId(oe_result(0, 1, &isnull));
-	if (isnull)
+	if (!OidIsValid(fn))
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_FUNCTION),
 				 errmsg("handler %s of consumer \"%s\" does not exist", c->handler, c->name),

@@ -223,6 +223,7 @@ typedef struct OeConsumer
 	int32		partitions;
 	int32		partition;		/* the one being read */
 	const char *handler;		/* signature, NULL without a handler */
+	Oid			handler_fn;		/* the function of that signature now, if any */
 	Oid			owner;			/* the handler runs as this role */
 	Oid			handler_owner;	/* who owned the handler at creation */
 	text	   *output_stream;	/* derived events go there; NULL: results */
