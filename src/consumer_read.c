@@ -712,14 +712,13 @@ oe_consumer_args(FunctionCallInfo fcinfo, const char *takes)
 static Datum
 read_consumer(FunctionCallInfo fcinfo, bool consume)
 {
-	const char *fn = consume ? "read()" : "peek()";
 	OeConsumer	consumer;
 	OeInternalScope scope;
 	int32		max_events;
 
 	max_events = oe_consumer_args(fcinfo, consume ? "read() returns" : "peek() returns");
 	if (consume)
-		PreventCommandIfReadOnly(fn);
+		PreventCommandIfReadOnly("read()");
 
 	InitMaterializedSRF(fcinfo, 0);
 
