@@ -78,6 +78,8 @@ CREATE TABLE ordered_events.progress (
     lane text COLLATE "C" NOT NULL,
     range_end bigint NOT NULL,      -- first seq of the lane not released
     released_count bigint NOT NULL DEFAULT 0,
+    last_released_seq bigint,       -- the highest seq released (not a skipped one)
+    counted_end bigint,             -- global: seqs below are in key_counters
     max_event_ts timestamptz,       -- largest event_ts released
     last_event_seq bigint,          -- the lane is complete: its last event
     gap_start bigint,               -- first missing seq a release step saw,
@@ -109,6 +111,18 @@ SELECT k.stream_id, k.key, k.range_end, k.released_count, NULL, k.gap_start, k.g
 UPDATE ordered_events.progress p SET last_event_seq = k.last_event_seq
   FROM ordered_events.key_progress k
  WHERE k.stream_id = p.stream_id AND k.key = p.lane;
+
+-- The highest released seq of each lane: below range_end, not a late event
+-- in a skipped run (0.1 kept none, so no run is settled yet that matters).
+UPDATE ordered_events.progress p
+   SET last_released_seq = (
+       SELECT e.seq FROM ordered_events.event_store e
+        WHERE e.stream_id = p.stream_id AND e.lane = p.lane AND e.seq < p.range_end
+          AND NOT EXISTS (SELECT FROM ordered_events.gap_skips g
+                           WHERE g.stream_id = e.stream_id
+                             AND coalesce(g.key, '') = e.lane AND NOT g.settled
+                             AND e.seq BETWEEN g.gap_start AND g.gap_end)
+        ORDER BY e.seq DESC LIMIT 1);
 
 /*
  * The release log: one row per release step of a lane, numbered in the
@@ -294,6 +308,52 @@ ALTER TABLE ordered_events.stream_def
     ALTER COLUMN gap_policy SET NOT NULL;
 
 /*
+ * Retention (README.md, "Retention"): how long released events and dead
+ * letters are kept, NULL for ever.  retains_events stays true once a
+ * stream had a retention: its released events may be gone, so ingest
+ * finds a retried old seq by the lane's range_end (src/ingest.c).
+ */
+ALTER TABLE ordered_events.stream_def
+    ADD COLUMN retention interval,
+    ADD COLUMN dead_letter_retention interval,
+    ADD COLUMN retains_events boolean NOT NULL DEFAULT false;
+
+/*
+ * Beam's per-key status of a global stream, kept as counters: the events
+ * below its lane's counted_end are counted here (compact_stream() folds
+ * them in after release), and the dead letters that a retention deleted,
+ * for both kinds of stream.  key_status adds what is not folded yet.
+ */
+CREATE TABLE ordered_events.key_counters (
+    stream_id integer NOT NULL
+        REFERENCES ordered_events.stream_def ON DELETE CASCADE,
+    key text COLLATE "C" NOT NULL,
+    released_count bigint NOT NULL DEFAULT 0,
+    last_released_seq bigint,
+    rejected_count bigint NOT NULL DEFAULT 0,
+    duplicate_count bigint NOT NULL DEFAULT 0,
+    PRIMARY KEY (stream_id, key)
+) WITH (fillfactor = 70);
+COMMENT ON TABLE ordered_events.key_counters IS
+    'Internal: per-key counts of released events of global streams, and of deleted dead letters';
+
+-- The dead letters of each stream that a retention deleted (metrics counts them).
+CREATE TABLE ordered_events.dead_letter_totals (
+    stream_id integer PRIMARY KEY
+        REFERENCES ordered_events.stream_def ON DELETE CASCADE,
+    deleted_count bigint NOT NULL
+);
+COMMENT ON TABLE ordered_events.dead_letter_totals IS
+    'Internal: how many dead letters of each stream a retention deleted';
+
+-- Dead letters by age, for their retention.
+CREATE INDEX unprocessed_stream_received_idx
+    ON ordered_events.unprocessed (stream, received_at) WHERE consumer IS NULL;
+
+SELECT pg_catalog.pg_extension_config_dump('ordered_events.key_counters', '');
+SELECT pg_catalog.pg_extension_config_dump('ordered_events.dead_letter_totals', '');
+
+/*
  * Functions.  Changes to stream_def or the skip ledger reach every
  * backend's stream cache through this trigger, which now invalidates the
  * table it fires on.
@@ -329,13 +389,79 @@ BEGIN
 END;
 $$;
 
-CREATE OR REPLACE FUNCTION ordered_events.create_stream(
+/*
+ * create_stream() and alter_stream() take the retention options: a new
+ * signature, so the functions are made again, with the grants of the old.
+ */
+CREATE FUNCTION ordered_events.carry_grants(old_function regprocedure, new_function regprocedure)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    acl aclitem[] := (SELECT p.proacl FROM pg_catalog.pg_proc p WHERE p.oid = old_function);
+    grantee text;
+BEGIN
+    IF acl IS NULL THEN
+        RETURN;                 -- the default: EXECUTE for PUBLIC, as the new one has
+    END IF;
+    EXECUTE pg_catalog.format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', new_function);
+    FOR grantee IN
+        SELECT CASE WHEN a.grantee = 0 THEN 'PUBLIC'
+                    ELSE pg_catalog.quote_ident(r.rolname) END
+          FROM pg_catalog.unnest(acl) i
+         CROSS JOIN LATERAL pg_catalog.aclexplode(ARRAY[i]) a
+          LEFT JOIN pg_catalog.pg_roles r ON r.oid = a.grantee
+         WHERE a.privilege_type = 'EXECUTE'
+    LOOP
+        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s', new_function, grantee);
+    END LOOP;
+END;
+$$;
+
+-- A retention is an interval of at least 0 (NULL: keep for ever).
+CREATE FUNCTION ordered_events.check_retention(option text, retention interval)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF retention < interval '0' THEN
+        PERFORM ordered_events.invalid_option(option, retention::text,
+            'Use an interval of at least 0: how long to keep what was released (or rejected); NULL keeps it for ever.');
+    END IF;
+END;
+$$;
+
+/*
+ * Once a stream has a retention, ingest looks for retried old seqs by the
+ * range (stream_def.retains_events).  Switching it on waits for every
+ * transaction that may be writing events, as drop_stream() does, so that
+ * none goes on without the check after events start to be deleted.
+ */
+CREATE FUNCTION ordered_events.start_retaining(stream_id integer)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    LOCK TABLE ordered_events.event_store IN SHARE ROW EXCLUSIVE MODE;
+    UPDATE ordered_events.stream_def d SET retains_events = true
+     WHERE d.stream_id = start_retaining.stream_id;
+END;
+$$;
+
+ALTER FUNCTION ordered_events.create_stream(text, text, bigint, text, interval, integer)
+    RENAME TO create_stream_0_1;
+CREATE FUNCTION ordered_events.create_stream(
     stream text,
     sequencing text DEFAULT 'global',
     initial_sequence bigint DEFAULT 1,
     gap_policy text DEFAULT 'wait',
     gap_timeout interval DEFAULT NULL,
-    max_release_batch integer DEFAULT 10000)
+    max_release_batch integer DEFAULT 10000,
+    retention interval DEFAULT NULL,
+    dead_letter_retention interval DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -358,20 +484,27 @@ BEGIN
     END IF;
     PERFORM ordered_events.check_release_options(sequencing, gap_policy, gap_timeout,
                                                  max_release_batch);
+    PERFORM ordered_events.check_retention('retention', retention);
+    PERFORM ordered_events.check_retention('dead_letter_retention', dead_letter_retention);
 
     BEGIN
         INSERT INTO ordered_events.stream_def AS d
-            (stream, sequencing, initial_sequence, gap_policy, gap_timeout, max_release_batch)
+            (stream, sequencing, initial_sequence, gap_policy, gap_timeout, max_release_batch,
+             retention, dead_letter_retention)
         VALUES (create_stream.stream, create_stream.sequencing::ordered_events.sequencing,
                 create_stream.initial_sequence,
                 create_stream.gap_policy::ordered_events.gap_policy, create_stream.gap_timeout,
-                create_stream.max_release_batch)
+                create_stream.max_release_batch, create_stream.retention,
+                create_stream.dead_letter_retention)
         RETURNING d.stream_id INTO new_id;
     EXCEPTION WHEN unique_violation THEN
         RAISE EXCEPTION 'stream "%" already exists', stream
             USING ERRCODE = 'duplicate_object',
                   HINT = 'Change it with ordered_events.alter_stream(), or drop it first with ordered_events.drop_stream().';
     END;
+    IF create_stream.retention IS NOT NULL THEN
+        PERFORM ordered_events.start_retaining(new_id);
+    END IF;
 
     -- What consumers' pools are measured against (src/delivery.c).
     INSERT INTO ordered_events.release_totals (stream_id, partitions, partition)
@@ -392,12 +525,24 @@ BEGIN
     END IF;
 END;
 $$;
+COMMENT ON FUNCTION ordered_events.create_stream(text, text, bigint, text, interval, integer,
+                                                 interval, interval) IS
+    'Create a stream: an independent sequence space with its own range, release budget and retention';
+SELECT ordered_events.carry_grants(
+    'ordered_events.create_stream_0_1(text, text, bigint, text, interval, integer)',
+    'ordered_events.create_stream(text, text, bigint, text, interval, integer, interval, interval)');
+DROP FUNCTION ordered_events.create_stream_0_1(text, text, bigint, text, interval, integer);
 
-CREATE OR REPLACE FUNCTION ordered_events.alter_stream(
+ALTER FUNCTION ordered_events.alter_stream(text, text, interval, integer)
+    RENAME TO alter_stream_0_1;
+CREATE FUNCTION ordered_events.alter_stream(
     stream text,
     gap_policy text DEFAULT NULL,
     gap_timeout interval DEFAULT NULL,
-    max_release_batch integer DEFAULT NULL)
+    max_release_batch integer DEFAULT NULL,
+    retention interval DEFAULT NULL,
+    dead_letter_retention interval DEFAULT NULL,
+    keep_forever boolean DEFAULT false)
 RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -412,18 +557,41 @@ DECLARE
 BEGIN
     PERFORM ordered_events.check_release_options(d.sequencing::text, new_policy, new_timeout,
                                                  new_batch);
+    PERFORM ordered_events.check_retention('retention', retention);
+    PERFORM ordered_events.check_retention('dead_letter_retention', dead_letter_retention);
+    IF keep_forever IS NULL
+       OR keep_forever AND (retention IS NOT NULL OR dead_letter_retention IS NOT NULL) THEN
+        PERFORM ordered_events.invalid_option('keep_forever', keep_forever::text,
+            'keep_forever => true sets both retentions to NULL (keep everything); do not pass a retention with it.');
+    END IF;
     IF (new_policy = 'fence') <> (d.gap_policy = 'fence') THEN
         RAISE EXCEPTION 'gap_policy ''fence'' can only be chosen when the stream is created'
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'A fence stream is fed by append() and other streams by ingest(); create a new stream instead.';
     END IF;
+    IF alter_stream.retention IS NOT NULL AND NOT d.retains_events THEN
+        PERFORM ordered_events.start_retaining(d.stream_id);
+    END IF;
     UPDATE ordered_events.stream_def s
        SET gap_policy = new_policy::ordered_events.gap_policy,
            gap_timeout = new_timeout,
-           max_release_batch = new_batch
+           max_release_batch = new_batch,
+           retention = CASE WHEN keep_forever THEN NULL
+                            ELSE coalesce(alter_stream.retention, d.retention) END,
+           dead_letter_retention = CASE WHEN keep_forever THEN NULL
+                                        ELSE coalesce(alter_stream.dead_letter_retention,
+                                                      d.dead_letter_retention) END
      WHERE s.stream_id = d.stream_id;
 END;
 $$;
+COMMENT ON FUNCTION ordered_events.alter_stream(text, text, interval, integer, interval,
+                                                interval, boolean) IS
+    'Change the gap policy, release batch or retentions of a stream; NULL keeps the value';
+SELECT ordered_events.carry_grants(
+    'ordered_events.alter_stream_0_1(text, text, interval, integer)',
+    'ordered_events.alter_stream(text, text, interval, integer, interval, interval, boolean)');
+DROP FUNCTION ordered_events.alter_stream_0_1(text, text, interval, integer);
+DROP FUNCTION ordered_events.carry_grants(regprocedure, regprocedure);
 
 CREATE OR REPLACE FUNCTION ordered_events.drop_stream(stream text)
 RETURNS void
@@ -652,6 +820,8 @@ CREATE TABLE ordered_events.release_totals (
     partition integer NOT NULL,
     released_count bigint NOT NULL DEFAULT 0,
     lag_sum numeric NOT NULL DEFAULT 0,     -- of lag_us()
+    deleted_count bigint NOT NULL DEFAULT 0,    -- of those, deleted by retention
+    deleted_lag numeric NOT NULL DEFAULT 0,
     PRIMARY KEY (stream_id, partitions, partition)
 );
 COMMENT ON TABLE ordered_events.release_totals IS
@@ -1059,8 +1229,9 @@ BEGIN
                                 WHERE l.stream_id = d.stream_id), 0)
                 ELSE 0 END,
            9223372036854775807,
-           CASE WHEN start = 'now' THEN t.released_count ELSE 0 END,
-           CASE WHEN start = 'now' THEN t.lag_sum ELSE 0 END
+           -- what a retention deleted is out of the pool from the beginning
+           CASE WHEN start = 'now' THEN t.released_count ELSE t.deleted_count END,
+           CASE WHEN start = 'now' THEN t.lag_sum ELSE t.deleted_lag END
       FROM ordered_events.release_totals t
      WHERE t.stream_id = d.stream_id AND t.partitions = c.partitions;
 END;
@@ -1373,11 +1544,20 @@ SELECT 'ordered_events_gap_age_seconds', 'gauge', d.stream, NULL,
             ORDER BY p.gap_first_seen LIMIT 1)), 0)::double precision
   FROM ordered_events.stream_def d
 UNION ALL
--- dead letters of the stream (rejected at ingest or settled late), by reason
-SELECT 'ordered_events_dead_letters_total', 'counter', d.stream, NULL, count(u.*)::double precision
+-- dead letters of the stream (rejected at ingest or settled late), deleted ones included
+SELECT 'ordered_events_dead_letters_total', 'counter', d.stream, NULL,
+       ((SELECT count(*) FROM ordered_events.unprocessed u
+          WHERE u.stream = d.stream AND u.consumer IS NULL)
+        + coalesce((SELECT t.deleted_count FROM ordered_events.dead_letter_totals t
+                     WHERE t.stream_id = d.stream_id), 0))::double precision
   FROM ordered_events.stream_def d
-  LEFT JOIN ordered_events.unprocessed u ON u.stream = d.stream AND u.consumer IS NULL
- GROUP BY d.stream
+UNION ALL
+-- released events a retention deleted, per stream
+SELECT 'ordered_events_deleted_events_total', 'counter', d.stream, NULL,
+       t.deleted_count::double precision
+  FROM ordered_events.stream_def d
+  JOIN ordered_events.release_totals t
+    ON t.stream_id = d.stream_id AND t.partitions = 1 AND t.partition = 0
 UNION ALL
 -- seqs skipped by a gap policy or skip_gap()
 SELECT 'ordered_events_skipped_seqs_total', 'counter', d.stream, NULL,
@@ -1500,14 +1680,16 @@ SELECT d.stream,
   FROM ordered_events.stream_def d
   LEFT JOIN ordered_events.progress p ON p.stream_id = d.stream_id AND p.lane = ''
  CROSS JOIN LATERAL (
-        -- the highest seq of each lane, read backwards from its end
-        SELECT max((SELECT e.seq FROM ordered_events.event_store e
-                     WHERE e.stream_id = l.stream_id AND e.lane = l.lane
-                     ORDER BY e.seq DESC LIMIT 1)) AS max_seen_seq
-          FROM (SELECT q.stream_id, q.lane FROM ordered_events.progress q
+        -- the highest seq of each lane, read backwards from its end, or
+        -- the last released, if a retention deleted it
+        SELECT max(greatest((SELECT e.seq FROM ordered_events.event_store e
+                              WHERE e.stream_id = l.stream_id AND e.lane = l.lane
+                              ORDER BY e.seq DESC LIMIT 1),
+                            l.last_released_seq)) AS max_seen_seq
+          FROM (SELECT q.stream_id, q.lane, q.last_released_seq FROM ordered_events.progress q
                  WHERE q.stream_id = d.stream_id
-                UNION
-                SELECT a.stream_id, a.key FROM ordered_events.key_arrivals a
+                UNION ALL
+                SELECT a.stream_id, a.key, NULL FROM ordered_events.key_arrivals a
                  WHERE a.stream_id = d.stream_id) l) mx
  CROSS JOIN LATERAL (
         SELECT count(*) AS pending_count, min(w.received_at) AS oldest_pending_at
@@ -1530,36 +1712,57 @@ SELECT d.stream,
           FROM ordered_events.gap_skips g WHERE g.stream_id = d.stream_id) sk;
 
 /*
- * key_status.  A per-key stream's keys are its lanes: each is read from
- * its counters and by the primary key around its range_end, so the cost is
- * the stream's keys, pending events and dead letters, whatever it
- * released.  A global stream's keys are spread over its one lane and are
- * still counted from its events.
+ * key_status, from counters: its cost is the stream's keys, pending events
+ * and dead letters, whatever it released.  A global stream's released
+ * events are counted per key in key_counters once compacted, and counted
+ * here from the events until then (the worker compacts after each release).
+ * A per-key stream's keys are its lanes, with their counters in progress.
+ * Both add the dead letters that a retention deleted (key_counters).
  */
 CREATE OR REPLACE VIEW ordered_events.key_status AS
 SELECT d.stream, x.key,
-       max(x.seq) FILTER (WHERE x.released) AS last_released_seq,
-       count(*) FILTER (WHERE x.accepted AND NOT x.released) AS buffered_count,
-       min(x.seq) FILTER (WHERE x.accepted AND NOT x.released) AS earliest_buffered_seq,
-       max(x.seq) FILTER (WHERE x.accepted AND NOT x.released) AS latest_buffered_seq,
-       count(*) AS received_count,
-       count(*) FILTER (WHERE x.released) AS released_count,
-       count(*) FILTER (WHERE x.reason = 'duplicate') AS duplicate_count,
-       coalesce(bool_or(x.last_event), false) AS last_event_received
+       pg_catalog.max(x.last_released) AS last_released_seq,
+       pg_catalog.sum(x.buffered)::bigint AS buffered_count,
+       pg_catalog.min(x.buffered_seq) AS earliest_buffered_seq,
+       pg_catalog.max(x.buffered_seq) AS latest_buffered_seq,
+       pg_catalog.sum(x.released + x.buffered + x.rejected)::bigint AS received_count,
+       pg_catalog.sum(x.released)::bigint AS released_count,
+       pg_catalog.sum(x.duplicates)::bigint AS duplicate_count,
+       false AS last_event_received
   FROM ordered_events.stream_def d
   JOIN ordered_events.progress p ON p.stream_id = d.stream_id AND p.lane = ''
  CROSS JOIN LATERAL (
-        -- a global stream's events, and its dead letters
-        SELECT e.key, e.seq, true AS accepted,
-               e.seq < p.range_end AND NOT EXISTS (
-                   SELECT FROM ordered_events.gap_skips g
-                    WHERE g.stream_id = e.stream_id AND g.lane = e.lane AND NOT g.settled
-                      AND e.seq BETWEEN g.gap_start AND g.gap_end) AS released,
-               e.last_event, NULL::ordered_events.outcome AS reason
+        -- counted
+        SELECT k.key, k.released_count AS released, k.last_released_seq AS last_released,
+               0::bigint AS buffered, NULL::bigint AS buffered_seq,
+               k.rejected_count AS rejected, k.duplicate_count AS duplicates
+          FROM ordered_events.key_counters k
+         WHERE k.stream_id = d.stream_id
+        UNION ALL
+        -- released, not counted yet (a late event in a skipped run is pending)
+        SELECT e.key, 1, e.seq, 0, NULL, 0, 0
           FROM ordered_events.event_store e
          WHERE e.stream_id = d.stream_id AND e.lane = ''
+           AND e.seq >= coalesce(p.counted_end, d.initial_sequence) AND e.seq < p.range_end
+           AND NOT EXISTS (SELECT FROM ordered_events.gap_skips g
+                            WHERE g.stream_id = e.stream_id AND g.lane = e.lane
+                              AND NOT g.settled AND e.seq BETWEEN g.gap_start AND g.gap_end)
         UNION ALL
-        SELECT u.key, NULL, false, false, NULL, u.reason
+        -- pending (see the view pending)
+        SELECT e.key, 0, NULL, 1, e.seq, 0, 0
+          FROM ordered_events.event_store e
+         WHERE e.stream_id = d.stream_id AND e.lane = ''
+           AND e.seq BETWEEN p.range_end AND 9223372036854775807
+        UNION ALL
+        SELECT e.key, 0, NULL, 1, e.seq, 0, 0
+          FROM ordered_events.gap_skips g
+          JOIN ordered_events.event_store e
+            ON e.stream_id = g.stream_id AND e.lane = g.lane
+           AND e.seq BETWEEN g.gap_start AND g.gap_end AND e.seq < p.range_end
+         WHERE g.stream_id = d.stream_id AND g.lane = '' AND NOT g.settled
+        UNION ALL
+        -- rejected
+        SELECT u.key, 0, NULL, 0, NULL, 1, (u.reason = 'duplicate')::integer
           FROM ordered_events.unprocessed u
          WHERE u.stream = d.stream AND u.consumer IS NULL) x
  WHERE d.sequencing = 'global'
@@ -1570,19 +1773,14 @@ SELECT s.stream, s.key, s.last_released_seq, s.buffered_count, s.earliest_buffer
        s.released_count, s.duplicate_count, s.last_event_received
   FROM (SELECT d.stream, k.key,
                coalesce(p.released_count, 0) AS released_count,
-               -- the highest released seq: below range_end, not a late event
-               (SELECT e.seq FROM ordered_events.event_store e
-                 WHERE e.stream_id = d.stream_id AND e.lane = k.key AND e.seq < p.range_end
-                   AND NOT EXISTS (SELECT FROM ordered_events.gap_skips g
-                                    WHERE g.stream_id = e.stream_id AND g.lane = e.lane
-                                      AND NOT g.settled
-                                      AND e.seq BETWEEN g.gap_start AND g.gap_end)
-                 ORDER BY e.seq DESC LIMIT 1) AS last_released_seq,
+               p.last_released_seq,
                b.buffered_count, b.earliest_buffered_seq, b.latest_buffered_seq,
-               r.rejected_count, r.duplicate_count,
-               EXISTS (SELECT FROM ordered_events.event_store e
-                        WHERE e.stream_id = d.stream_id AND e.lane = k.key
-                          AND e.last_event) AS last_event_received
+               r.rejected_count + coalesce(kc.rejected_count, 0) AS rejected_count,
+               r.duplicate_count + coalesce(kc.duplicate_count, 0) AS duplicate_count,
+               p.last_event_seq IS NOT NULL OR EXISTS (
+                   SELECT FROM ordered_events.event_store e
+                    WHERE e.stream_id = d.stream_id AND e.lane = k.key
+                      AND e.last_event) AS last_event_received
           FROM ordered_events.stream_def d
          CROSS JOIN LATERAL (
                 -- the keys with events (their lanes) or dead letters
@@ -1592,11 +1790,17 @@ SELECT s.stream, s.key, s.last_released_seq, s.buffered_count, s.earliest_buffer
                 SELECT a.key FROM ordered_events.key_arrivals a WHERE a.stream_id = d.stream_id
                 UNION
                 SELECT u.key FROM ordered_events.unprocessed u
-                 WHERE u.stream = d.stream AND u.consumer IS NULL) k
+                 WHERE u.stream = d.stream AND u.consumer IS NULL
+                UNION
+                SELECT c.key FROM ordered_events.key_counters c
+                 WHERE c.stream_id = d.stream_id) k
           LEFT JOIN ordered_events.progress p ON p.stream_id = d.stream_id AND p.lane = k.key
+          LEFT JOIN ordered_events.key_counters kc
+            ON kc.stream_id = d.stream_id AND kc.key = k.key
          CROSS JOIN LATERAL (
-                SELECT count(*) AS buffered_count, min(w.seq) AS earliest_buffered_seq,
-                       max(w.seq) AS latest_buffered_seq
+                SELECT pg_catalog.count(*) AS buffered_count,
+                       pg_catalog.min(w.seq) AS earliest_buffered_seq,
+                       pg_catalog.max(w.seq) AS latest_buffered_seq
                   FROM (SELECT e.seq FROM ordered_events.event_store e
                          WHERE e.stream_id = d.stream_id AND e.lane = k.key
                            AND e.seq BETWEEN coalesce(p.range_end, d.initial_sequence)
@@ -1610,9 +1814,235 @@ SELECT s.stream, s.key, s.last_released_seq, s.buffered_count, s.earliest_buffer
                          WHERE g.stream_id = d.stream_id AND g.lane = k.key
                            AND NOT g.settled) w) b
          CROSS JOIN LATERAL (
-                SELECT count(*) AS rejected_count,
-                       count(*) FILTER (WHERE u.reason = 'duplicate') AS duplicate_count
+                SELECT pg_catalog.count(*) AS rejected_count,
+                       pg_catalog.count(*) FILTER (WHERE u.reason = 'duplicate') AS duplicate_count
                   FROM ordered_events.unprocessed u
                  WHERE u.stream = d.stream AND u.key = k.key AND u.consumer IS NULL) r
          WHERE d.sequencing = 'per_key') s
  WHERE s.released_count + s.buffered_count + s.rejected_count > 0;
+
+/*
+ * Compaction (README.md, "Retention"): after release, a stream's released
+ * events are folded into its counters and, past its retention, deleted,
+ * in bounded batches.  The worker compacts in its own transactions
+ * (src/worker.c); compact() does it by hand.
+ */
+CREATE OR REPLACE VIEW ordered_events.streams AS
+SELECT d.stream, d.sequencing::text AS sequencing, d.initial_sequence,
+       d.gap_policy::text AS gap_policy, d.gap_timeout, d.max_release_batch, d.created_at,
+       d.retention, d.dead_letter_retention
+  FROM ordered_events.stream_def d;
+
+/*
+ * One batch of compaction for a stream, each part at most
+ * max_release_batch events:
+ * 1. a global stream's released events from its lane's counted_end on are
+ *    counted per key in key_counters (up to a skipped run that may still
+ *    hold late events: those are not released);
+ * 2. with a retention, the release steps (log rows) that every subscribed
+ *    consumer has read past, released longer ago than the retention and
+ *    counted, are deleted with their events, oldest first; the consumers'
+ *    pools keep what was deleted in release_totals.deleted_*;
+ * 3. with a dead_letter_retention, the stream's older rejections leave
+ *    unprocessed, counted in key_counters and dead_letter_totals.
+ * It holds the stream's release lock (as a release step does), so no two
+ * run at once.  "more" is true if a part filled its batch.
+ */
+CREATE FUNCTION ordered_events.compact_stream(stream_id integer,
+                                              OUT deleted bigint, OUT more boolean)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    d ordered_events.stream_def;
+    counted_end bigint;
+    count_to bigint;
+    clock timestamptz := pg_catalog.clock_timestamp();
+    read_from bigint;
+    steps bigint;
+    rejected bigint;
+BEGIN
+    deleted := 0;
+    more := false;
+    SELECT * INTO d FROM ordered_events.stream_def s
+     WHERE s.stream_id = compact_stream.stream_id FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+
+    IF d.sequencing = 'global' THEN
+        SELECT coalesce(p.counted_end, d.initial_sequence),
+               least(p.range_end,
+                     (SELECT pg_catalog.min(g.gap_start) FROM ordered_events.gap_skips g
+                       WHERE g.stream_id = d.stream_id AND g.lane = '' AND NOT g.settled),
+                     CASE WHEN coalesce(p.counted_end, d.initial_sequence)
+                               > 9223372036854775807 - d.max_release_batch
+                          THEN 9223372036854775807
+                          ELSE coalesce(p.counted_end, d.initial_sequence) + d.max_release_batch
+                     END)
+          INTO counted_end, count_to
+          FROM ordered_events.progress p
+         WHERE p.stream_id = d.stream_id AND p.lane = '';
+        IF count_to > counted_end THEN
+            INSERT INTO ordered_events.key_counters AS k
+                (stream_id, key, released_count, last_released_seq)
+            SELECT d.stream_id, e.key, pg_catalog.count(*), pg_catalog.max(e.seq)
+              FROM ordered_events.event_store e
+             WHERE e.stream_id = d.stream_id AND e.lane = ''
+               AND e.seq >= counted_end AND e.seq < count_to
+             GROUP BY e.key
+            ON CONFLICT ON CONSTRAINT key_counters_pkey DO UPDATE
+               SET released_count = k.released_count + excluded.released_count,
+                   last_released_seq = pg_catalog.int8larger(k.last_released_seq,
+                                                             excluded.last_released_seq);
+            UPDATE ordered_events.progress p SET counted_end = count_to
+             WHERE p.stream_id = d.stream_id AND p.lane = '';
+            more := count_to - counted_end >= d.max_release_batch;
+            counted_end := count_to;
+        END IF;
+    END IF;
+
+    IF d.retention IS NOT NULL THEN
+        -- what every consumer read past: the release steps before its position
+        SELECT pg_catalog.min(s.read_delivery) INTO read_from
+          FROM ordered_events.subscription s WHERE s.stream_id = d.stream_id;
+        WITH candidates AS (
+                SELECT l.lane, l.seq_start, l.seq_end, l.delivery, l.released_at,
+                       pg_catalog.sum(l.seq_end::numeric - l.seq_start)
+                           OVER (ORDER BY l.delivery) AS upto
+                  FROM ordered_events.lane_release_log l
+                 WHERE l.stream_id = d.stream_id
+                   AND (read_from IS NULL OR l.delivery < read_from)
+                 ORDER BY l.delivery
+                 LIMIT d.max_release_batch),
+             chosen AS (
+                SELECT c.lane, c.seq_start, c.seq_end, c.delivery
+                  FROM candidates c
+                 WHERE c.released_at < clock - d.retention
+                   AND (c.upto - (c.seq_end::numeric - c.seq_start) < d.max_release_batch)
+                   AND (d.sequencing = 'per_key' OR c.seq_end <= counted_end)
+                   AND NOT EXISTS (SELECT FROM ordered_events.gap_skips g
+                                    WHERE g.stream_id = d.stream_id AND g.lane = c.lane
+                                      AND NOT g.settled AND g.gap_start < c.seq_end)),
+             gone AS (
+                DELETE FROM ordered_events.event_store e
+                 WHERE e.ctid = ANY (ARRAY(
+                       SELECT x.ctid FROM chosen c
+                        CROSS JOIN LATERAL (
+                              SELECT e2.ctid FROM ordered_events.event_store e2
+                               WHERE e2.stream_id = d.stream_id AND e2.lane = c.lane
+                                 AND e2.seq >= c.seq_start AND e2.seq < c.seq_end) x))
+                RETURNING e.key, ordered_events.lag_us(e.event_ts, e.alignment_ts) AS lag),
+             steps_gone AS (
+                DELETE FROM ordered_events.lane_release_log l
+                 WHERE l.stream_id = d.stream_id
+                   AND l.delivery = ANY (ARRAY(SELECT c.delivery FROM chosen c))
+                RETURNING l.delivery),
+             totals AS (
+                UPDATE ordered_events.release_totals t
+                   SET deleted_count = t.deleted_count + x.n,
+                       deleted_lag = t.deleted_lag + x.lag
+                  FROM (SELECT r.partitions,
+                               ordered_events.key_partition(g.key, r.partitions) AS partition,
+                               pg_catalog.count(*) AS n, pg_catalog.sum(g.lag) AS lag
+                          FROM gone g
+                         CROSS JOIN (SELECT DISTINCT r.partitions FROM ordered_events.release_totals r
+                                      WHERE r.stream_id = d.stream_id) r
+                         GROUP BY 1, 2) x
+                 WHERE t.stream_id = d.stream_id AND t.partitions = x.partitions
+                   AND t.partition = x.partition
+                RETURNING 1)
+        SELECT (SELECT pg_catalog.count(*) FROM gone), (SELECT pg_catalog.count(*) FROM steps_gone)
+          INTO deleted, steps;
+        more := more OR deleted >= d.max_release_batch OR steps >= d.max_release_batch;
+    END IF;
+
+    IF d.dead_letter_retention IS NOT NULL THEN
+        WITH gone AS (
+                DELETE FROM ordered_events.unprocessed u
+                 WHERE u.ctid = ANY (ARRAY(
+                       SELECT u2.ctid FROM ordered_events.unprocessed u2
+                        WHERE u2.stream = d.stream AND u2.consumer IS NULL
+                          AND u2.received_at < clock - d.dead_letter_retention
+                        ORDER BY u2.received_at
+                        LIMIT d.max_release_batch))
+                RETURNING u.key, u.reason),
+             per_key AS (
+                INSERT INTO ordered_events.key_counters AS k
+                    (stream_id, key, rejected_count, duplicate_count)
+                SELECT d.stream_id, g.key, pg_catalog.count(*),
+                       pg_catalog.count(*) FILTER (WHERE g.reason = 'duplicate')
+                  FROM gone g
+                 GROUP BY g.key
+                ON CONFLICT ON CONSTRAINT key_counters_pkey DO UPDATE
+                   SET rejected_count = k.rejected_count + excluded.rejected_count,
+                       duplicate_count = k.duplicate_count + excluded.duplicate_count
+                RETURNING 1)
+        SELECT pg_catalog.count(*) INTO rejected FROM gone;
+        IF rejected > 0 THEN
+            INSERT INTO ordered_events.dead_letter_totals AS t (stream_id, deleted_count)
+            VALUES (d.stream_id, rejected)
+            ON CONFLICT ON CONSTRAINT dead_letter_totals_pkey
+            DO UPDATE SET deleted_count = t.deleted_count + rejected;
+        END IF;
+        more := more OR rejected >= d.max_release_batch;
+    END IF;
+END;
+$$;
+COMMENT ON FUNCTION ordered_events.compact_stream(integer) IS
+    'Internal: one batch of counting and retention for a stream';
+
+-- compact(): the worker's compaction by hand, one batch per stream.
+CREATE FUNCTION ordered_events.compact(stream text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE sql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT coalesce(pg_catalog.sum(c.deleted), 0)::bigint
+  FROM ordered_events.stream_def d
+ CROSS JOIN LATERAL ordered_events.compact_stream(d.stream_id) c
+ WHERE compact.stream IS NULL OR d.stream_id = ordered_events.stream_id(compact.stream)
+$$;
+COMMENT ON FUNCTION ordered_events.compact(text) IS
+    'Count released events per key and delete what the retentions allow, one batch per stream; returns the events deleted';
+
+/*
+ * The streams a worker cycle should compact: released events not counted
+ * yet, a release step past its retention that every consumer read, or a
+ * dead letter past its retention.
+ */
+CREATE FUNCTION ordered_events.streams_to_compact()
+RETURNS TABLE (stream text)
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT d.stream
+  FROM ordered_events.stream_def d
+ WHERE EXISTS (SELECT FROM ordered_events.progress p
+                WHERE d.sequencing = 'global' AND p.stream_id = d.stream_id AND p.lane = ''
+                  AND coalesce(p.counted_end, d.initial_sequence) < least(p.range_end,
+                        (SELECT pg_catalog.min(g.gap_start) FROM ordered_events.gap_skips g
+                          WHERE g.stream_id = d.stream_id AND g.lane = '' AND NOT g.settled)))
+    OR EXISTS (SELECT FROM (SELECT l.delivery, l.released_at
+                              FROM ordered_events.lane_release_log l
+                             WHERE d.retention IS NOT NULL AND l.stream_id = d.stream_id
+                             ORDER BY l.delivery LIMIT 1) l
+                WHERE l.released_at < pg_catalog.clock_timestamp() - d.retention
+                  AND NOT EXISTS (SELECT FROM ordered_events.subscription s
+                                   WHERE s.stream_id = d.stream_id
+                                     AND s.read_delivery <= l.delivery))
+    OR EXISTS (SELECT FROM ordered_events.unprocessed u
+                WHERE d.dead_letter_retention IS NOT NULL
+                  AND u.stream = d.stream AND u.consumer IS NULL
+                  AND u.received_at < pg_catalog.clock_timestamp() - d.dead_letter_retention)
+ ORDER BY d.stream
+$$;
+COMMENT ON FUNCTION ordered_events.streams_to_compact() IS
+    'Internal: the streams with released events to count or events and dead letters to delete';
+
+REVOKE EXECUTE ON FUNCTION
+    ordered_events.compact_stream(integer),
+    ordered_events.compact(text),
+    ordered_events.streams_to_compact(),
+    ordered_events.start_retaining(integer)
+FROM PUBLIC;

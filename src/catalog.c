@@ -74,7 +74,8 @@ static OePlan stream_plan = {
 	"  d.max_release_batch, d.gap_policy::text, "
 	"  (SELECT max(g.gap_end) FROM ordered_events.gap_skips g "
 	"    WHERE g.stream_id = d.stream_id), "
-	"  pg_catalog.to_regclass(pg_catalog.format('ordered_events.fence_seq_%s', d.stream_id)) "
+	"  pg_catalog.to_regclass(pg_catalog.format('ordered_events.fence_seq_%s', d.stream_id)), "
+	"  d.retains_events "
 	"FROM ordered_events.stream_def d WHERE d.stream = $1",
 	1, {TEXTOID}
 };
@@ -342,6 +343,7 @@ read_stream(const char *name, OeStream *stream)
 		stream->skipped_through = isnull ? PG_INT64_MIN : DatumGetInt64(value);
 		value = oe_result(0, 7, &isnull);
 		stream->fence_seq = isnull ? InvalidOid : DatumGetObjectId(value);
+		stream->retains_events = DatumGetBool(oe_result(0, 8, &isnull));
 	}
 	oe_internal_end(&scope);
 	return found;

@@ -53,10 +53,88 @@ static OePlan skipped_plan = {
 	3, {INT4OID, TEXTOID, INT8OID}
 };
 
-/* Insert an event into its lane; false if the seq is already there. */
-static bool
-insert_event(const OeStream *stream, const OeEvent *event)
+static OePlan lane_end_plan = {
+	"SELECT range_end, last_event_seq FROM ordered_events.progress "
+	"WHERE stream_id = $1 AND lane = $2",
+	2, {INT4OID, TEXTOID}
+};
+
+static char *skip_reason(const OeStream *stream, const OeEvent *event);
+
+/* An event being inserted, and why it is not accepted after all. */
+typedef struct Insertion
 {
+	const OeStream *stream;
+	const OeEvent *event;
+	OeOutcome	outcome;
+	char	   *detail;
+} Insertion;
+
+/*
+ * The "keep" check of an event of a stream whose released events a
+ * retention may have deleted: a seq the lane's range already passed is not
+ * new, even when no row holds it any more; nor is a seq after the lane's
+ * released last event.  The range is read with the latest snapshot once
+ * the event's index entry is in (see table_insert.c), so a deletion that
+ * let the insert through is seen with the release before it.
+ */
+static bool
+not_retired(void *arg)
+{
+	Insertion  *ins = arg;
+	const OeEvent *event = ins->event;
+	MemoryContext caller = CurrentMemoryContext;
+	Datum		values[2];
+	int64		range_end = PG_INT64_MIN;
+	int64		last_event_seq = PG_INT64_MAX;
+	OeInternalScope scope;
+
+	values[0] = Int32GetDatum(ins->stream->stream_id);
+	values[1] = PointerGetDatum(oe_lane_of(ins->stream, event->key));
+	oe_internal_begin(&scope, oe_relations()->owner);
+	oe_run_plan_latest(&lane_end_plan, values, NULL);
+	if (SPI_processed == 1)
+	{
+		bool		isnull;
+		Datum		value;
+
+		range_end = DatumGetInt64(oe_result(0, 1, &isnull));
+		value = oe_result(0, 2, &isnull);
+		if (!isnull)
+			last_event_seq = DatumGetInt64(value);
+	}
+	oe_internal_end(&scope);
+	MemoryContextSwitchTo(caller);
+
+	if (event->seq < range_end)
+	{
+		char	   *skipped = skip_reason(ins->stream, event);
+
+		ins->outcome = skipped ? OE_GAP_SKIPPED : OE_DUPLICATE;
+		ins->detail = skipped ?
+			psprintf("Seq " INT64_FORMAT " arrived after it was skipped (%s).", event->seq, skipped) :
+			psprintf("Seq " INT64_FORMAT " was already released.", event->seq);
+		return false;
+	}
+	if (event->seq > last_event_seq)
+	{
+		ins->outcome = OE_AFTER_LAST_EVENT;
+		ins->detail = psprintf("The last event of this key is seq " INT64_FORMAT ".",
+							   last_event_seq);
+		return false;
+	}
+	return true;
+}
+
+/*
+ * Insert an event into its lane.  Returns OE_ACCEPTED, or the reason it was
+ * not inserted with *detail.
+ */
+static OeOutcome
+insert_event(const OeStream *stream, const OeEvent *event, char **detail)
+{
+	Insertion	ins = {stream, event, OE_DUPLICATE, NULL};
+	bool		check = stream->retains_events && stream->gap_policy != OE_GAP_FENCE;
 	Datum		values[Natts_oe_event];
 	bool		isnull[Natts_oe_event] = {0};
 
@@ -72,7 +150,16 @@ insert_event(const OeStream *stream, const OeEvent *event)
 	values[Anum_oe_event_key - 1] = PointerGetDatum(event->key);
 	values[Anum_oe_event_payload - 1] = PointerGetDatum(event->payload);
 	isnull[Anum_oe_event_payload - 1] = (event->payload == NULL);
-	return oe_insert_unique(oe_relations()->event, values, isnull);
+	if (oe_insert_unique(oe_relations()->event, values, isnull,
+						 check ? not_retired : NULL, &ins))
+		return OE_ACCEPTED;
+	if (ins.detail != NULL)
+		*detail = ins.detail;
+	else if (stream->per_key)
+		*detail = psprintf("Seq " INT64_FORMAT " was already received for this key.", event->seq);
+	else
+		*detail = psprintf("Seq " INT64_FORMAT " was already received.", event->seq);
+	return ins.outcome;
 }
 
 /*
@@ -123,6 +210,7 @@ static OeOutcome
 insert_key_event(const OeStream *stream, const OeEvent *event, char **detail)
 {
 	int64		last_seq = 0;
+	OeOutcome	outcome;
 	Datum		values[3];
 	bool		isnull[3] = {0};
 
@@ -131,12 +219,9 @@ insert_key_event(const OeStream *stream, const OeEvent *event, char **detail)
 		*detail = psprintf("The last event of this key is seq " INT64_FORMAT ".", last_seq);
 		return OE_AFTER_LAST_EVENT;
 	}
-	if (!insert_event(stream, event))
-	{
-		*detail = psprintf("Seq " INT64_FORMAT " was already received for this key.",
-						   event->seq);
-		return OE_DUPLICATE;
-	}
+	outcome = insert_event(stream, event, detail);
+	if (outcome != OE_ACCEPTED)
+		return outcome;
 
 	/* key_arrivals (stream_id, key, arrived_at) */
 	values[0] = Int32GetDatum(stream->stream_id);
@@ -212,13 +297,8 @@ ingest_event(const OeStream *stream, const OeEvent *event)
 	}
 	else if (stream->per_key)
 		outcome = insert_key_event(stream, event, &detail);
-	else if (insert_event(stream, event))
-		outcome = OE_ACCEPTED;
 	else
-	{
-		outcome = OE_DUPLICATE;
-		detail = psprintf("Seq " INT64_FORMAT " was already received.", event->seq);
-	}
+		outcome = insert_event(stream, event, &detail);
 
 	if (outcome != OE_ACCEPTED)
 		oe_dead_letter(stream->name, event->seq, event->key, event->payload, event->event_ts,

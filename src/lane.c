@@ -68,12 +68,14 @@ static OePlan plans[] = {
 	[PLAN_SAVE] = {
 		"INSERT INTO ordered_events.progress AS p "
 		"(stream_id, lane, range_end, released_count, max_event_ts, last_event_seq, "
-		" gap_start, gap_end, gap_first_seen, fence_seq, fence_xid, updated_at) "
+		" gap_start, gap_end, gap_first_seen, fence_seq, fence_xid, updated_at, "
+		" last_released_seq) "
 		"VALUES ($1, $2, $3, $4, $6, $7, CASE WHEN $5 IS NOT NULL THEN $3 END, $5, "
 		"  CASE WHEN $5 IS NOT NULL THEN pg_catalog.clock_timestamp() END, "
-		"  $8, $9::xid8, pg_catalog.clock_timestamp()) "
+		"  $8, $9::xid8, pg_catalog.clock_timestamp(), $10) "
 		"ON CONFLICT (stream_id, lane) DO UPDATE SET "
 		"released_count = p.released_count + $4, "
+		"last_released_seq = coalesce($10, p.last_released_seq), "
 		"updated_at = CASE WHEN $3 > p.range_end THEN pg_catalog.clock_timestamp() "
 		"  ELSE p.updated_at END, "
 		"range_end = $3, "
@@ -86,7 +88,8 @@ static OePlan plans[] = {
 		"gap_end = $5, "
 		"fence_seq = $8, "
 		"fence_xid = $9::xid8",
-		9, {INT4OID, TEXTOID, INT8OID, INT8OID, INT8OID, TIMESTAMPTZOID, INT8OID, INT8OID, TEXTOID}
+		10, {INT4OID, TEXTOID, INT8OID, INT8OID, INT8OID, TIMESTAMPTZOID, INT8OID, INT8OID, TEXTOID,
+		INT8OID}
 	},
 	[PLAN_RUNS] = {
 		"SELECT gap_start, gap_end FROM ordered_events.gap_skips "
@@ -210,8 +213,8 @@ gap_changed(const OeLane *lane)
 void
 oe_save_lane(OeLane *lane)
 {
-	Datum		values[9];
-	char		nulls[9] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	Datum		values[10];
+	char		nulls[10] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	bool		keep_fence = lane->gap && lane->has_fence;
 
 	if (lane->range_end == lane->start && !lane->fence_recorded && !gap_changed(lane))
@@ -235,6 +238,8 @@ oe_save_lane(OeLane *lane)
 												 U64FromFullTransactionId(lane->fence_xid)));
 		nulls[7] = nulls[8] = ' ';
 	}
+	values[9] = Int64GetDatum(lane->last_released);
+	nulls[9] = lane->released > 0 ? ' ' : 'n';
 	oe_run_plan(&plans[PLAN_SAVE], values, nulls, SPI_OK_INSERT);
 	oe_step_add_run(lane);
 }
@@ -349,6 +354,7 @@ oe_walk_lane(OeLane *lane, int64 limit, Snapshot snapshot)
 			lane->last_event =
 				DatumGetBool(slot_getattr(ls.slot, Anum_oe_event_last_event, &isnull));
 			oe_step_count_event(lane, ls.slot);
+			lane->last_released = lane->range_end;
 			lane->range_end++;
 			lane->released++;
 			have = scan_next(&ls, &seq);

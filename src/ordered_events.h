@@ -113,6 +113,7 @@ typedef struct OeStream
 	int32		max_release_batch;
 	OeGapPolicy gap_policy;
 	int64		skipped_through;	/* highest skipped seq, PG_INT64_MIN if none */
+	bool		retains_events; /* a retention may have deleted released events */
 	Oid			fence_seq;		/* sequence append() takes seqs from */
 } OeStream;
 
@@ -204,6 +205,7 @@ typedef struct OeLane
 
 	/* what the step did */
 	int64		released;
+	int64		last_released;	/* the highest seq released, when released > 0 */
 	int64		skipped;		/* seqs skip_gap() declared lost */
 	bool		gap;			/* stopped at a missing seq, a later one arrived */
 	int64		gap_end;		/* ... and range_end..gap_end is missing */
@@ -369,7 +371,8 @@ extern Datum oe_result(uint64 row, int col, bool *isnull);
 extern Datum oe_array(Datum *elems, bool *nulls, int n, Oid elemtype);
 
 /* table_insert.c */
-extern bool oe_insert_unique(Oid relid, Datum *values, bool *isnull);
+extern bool oe_insert_unique(Oid relid, Datum *values, bool *isnull,
+							 bool (*keep) (void *arg), void *arg);
 extern void oe_insert_row(Oid relid, Datum *values, bool *isnull);
 extern void oe_update_row(Oid relid, ItemPointer tid, Datum *values, bool *isnull);
 

@@ -24,7 +24,10 @@
  * for a conflicting transaction still in progress to end: if it committed
  * the row is a duplicate, if it rolled back the insert is tried again.
  * A plain delete would not do: to another inserter our deleted row is still
- * "being inserted", so two losers waiting for each other deadlock.
+ * "being inserted", so two losers waiting for each other deadlock.  A
+ * caller's "keep" check runs after the index insert found no conflict and
+ * before the row is confirmed, and may super-delete it the same way: what
+ * it reads then was committed before any conflicting row was deleted.
  *
  * The inserters live in TopTransactionContext and their relations are
  * opened under TopTransactionResourceOwner; they are closed before commit
@@ -154,11 +157,12 @@ begin_row(Oid relid, Datum *values, bool *isnull)
 }
 
 /*
- * Insert a row, unless a row with the same key in a unique index exists.
- * Returns true if the row was inserted; see the banner.
+ * Insert a row, unless a row with the same key in a unique index exists or
+ * "keep" (if not NULL) says no.  Returns true if the row was inserted; see
+ * the banner.
  */
 bool
-oe_insert_unique(Oid relid, Datum *values, bool *isnull)
+oe_insert_unique(Oid relid, Datum *values, bool *isnull, bool (*keep) (void *arg), void *arg)
 {
 	Inserter   *ins = begin_row(relid, values, isnull);
 	TransactionId xid = GetCurrentTransactionId();
@@ -173,6 +177,12 @@ oe_insert_unique(Oid relid, Datum *values, bool *isnull)
 									   0, NULL, token);
 		list_free(ExecInsertIndexTuples(ins->rri, ins->slot, ins->estate, false,
 										true, &conflict, NIL));
+		if (!conflict && keep != NULL && !keep(arg))
+		{
+			table_tuple_complete_speculative(ins->rel, ins->slot, token, false);
+			SpeculativeInsertionLockRelease(xid);
+			return false;
+		}
 		table_tuple_complete_speculative(ins->rel, ins->slot, token, !conflict);
 		SpeculativeInsertionLockRelease(xid);
 		if (!conflict)

@@ -460,6 +460,49 @@ release_one(const char *name, MemoryContext cycle_context, bool *full)
 	return released;
 }
 
+static OePlan compact_plan = {
+	"SELECT more FROM ordered_events.compact_stream($1)",
+	1, {INT4OID}
+};
+
+/*
+ * One batch of compaction (counting and retention, see compact_stream() in
+ * the install script) for one stream in its own transaction, like
+ * release_one().  Returns true if the stream may have more.
+ */
+static bool
+compact_one(const char *name, MemoryContext cycle_context)
+{
+	char	   *what = psprintf("compact stream \"%s\"", name);
+	bool		more = false;
+
+	PG_TRY();
+	{
+		OeStream	stream;
+
+		if (begin_work() && oe_lookup_stream(name, &stream))
+		{
+			Datum		id = Int32GetDatum(stream.stream_id);
+			OeInternalScope scope;
+			bool		isnull;
+
+			oe_internal_begin(&scope, oe_relations()->owner);
+			oe_run_plan(&compact_plan, &id, NULL, SPI_OK_SELECT);
+			more = DatumGetBool(oe_result(0, 1, &isnull));
+			oe_internal_end(&scope);
+		}
+		end_work();
+		note_failing(what, false);
+	}
+	PG_CATCH();
+	{
+		work_failed(what, psprintf("stream %s", name), cycle_context);
+		more = false;
+	}
+	PG_END_TRY();
+	return more;
+}
+
 /* Whether a commit set the latch since it was last reset; does not wait. */
 static bool
 latch_is_set(void)
@@ -556,12 +599,13 @@ consumers_with_work(MemoryContext cycle_context)
 }
 
 /*
- * The streams with work, the longest waiting first (see the install
- * script), in cycle_context; false if the extension is not installed.
- * An error is recorded like a stream's.
+ * The streams a query lists (streams_with_work() or streams_to_compact(),
+ * see the install script), in cycle_context; false if the extension is not
+ * installed.  An error is recorded like a stream's.
  */
 static bool
-streams_with_work(MemoryContext cycle_context, List **streams)
+list_streams(const char *query, const char *what, MemoryContext cycle_context,
+			 List **streams)
 {
 	bool		installed = false;
 
@@ -572,15 +616,14 @@ streams_with_work(MemoryContext cycle_context, List **streams)
 		if (installed)
 		{
 			check_extension_version();
-			*streams = oe_stream_names("SELECT stream FROM ordered_events.streams_with_work()",
-									   cycle_context);
+			*streams = oe_stream_names(query, cycle_context);
 		}
 		end_work();
-		note_failing("list the streams with work", false);
+		note_failing(what, false);
 	}
 	PG_CATCH();
 	{
-		work_failed("list the streams with work", "listing streams", cycle_context);
+		work_failed(what, "listing streams", cycle_context);
 		installed = true;
 	}
 	PG_END_TRY();
@@ -593,8 +636,8 @@ streams_with_work(MemoryContext cycle_context, List **streams)
  * left or a commit sets the latch (new work may wait elsewhere: the next
  * cycle looks first).  Then the same for the handler consumers' partitions
  * with events to apply: what was just released is processed in the same
- * cycle.  Returns true if some stream or partition may have more work
- * right away.
+ * cycle; and for the streams to compact.  Returns true if some stream or
+ * partition may have more work right away.
  */
 static bool
 run_cycle(MemoryContext cycle_context)
@@ -607,7 +650,8 @@ run_cycle(MemoryContext cycle_context)
 	int64		processed_total = 0;
 	TimestampTz started = GetCurrentTimestamp();
 
-	if (!streams_with_work(cycle_context, &streams))
+	if (!list_streams("SELECT stream FROM ordered_events.streams_with_work()",
+					  "list the streams with work", cycle_context, &streams))
 	{
 		oe_slot_set_state("waiting for extension");
 		return false;
@@ -659,6 +703,29 @@ run_cycle(MemoryContext cycle_context)
 		}
 		partitions = busy;
 		if (partitions != NIL && latch_is_set())
+		{
+			more = true;
+			break;
+		}
+	}
+
+	/* Then counting and retention, each stream's batches in turn. */
+	oe_slot_set_state("compacting");
+	list_streams("SELECT stream FROM ordered_events.streams_to_compact()",
+				 "list the streams to compact", cycle_context, &streams);
+	while (streams != NIL)
+	{
+		List	   *busy = NIL;
+
+		foreach(lc, streams)
+		{
+			CHECK_FOR_INTERRUPTS();
+			oe_slot_set_current(lfirst(lc), NULL);
+			if (compact_one(lfirst(lc), cycle_context))
+				busy = lappend(busy, lfirst(lc));
+		}
+		streams = busy;
+		if (streams != NIL && latch_is_set())
 		{
 			more = true;
 			break;
