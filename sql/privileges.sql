@@ -19,8 +19,8 @@ GRANT EXECUTE ON FUNCTION ordered_events.ingest(text, bigint, text, jsonb, times
                           ordered_events.append(text, text, jsonb, timestamptz) TO regress_oe_producer;
 GRANT INSERT ON ordered_events.inbox TO regress_oe_producer;
 GRANT SELECT ON ordered_events.released, ordered_events.stream_stats TO regress_oe_consumer;
-GRANT EXECUTE ON FUNCTION ordered_events.create_stream(text, text, bigint, text, interval, integer),
-                          ordered_events.alter_stream(text, text, interval, integer),
+GRANT EXECUTE ON FUNCTION ordered_events.create_stream(text, text, bigint, text, interval, integer, interval, interval),
+                          ordered_events.alter_stream(text, text, interval, integer, interval, interval, boolean),
                           ordered_events.drop_stream(text),
                           ordered_events.release(text),
                           ordered_events.skip_gap(text, bigint, text, text) TO regress_oe_operator;
