@@ -57,7 +57,7 @@ SELECT is_empty($$
 SELECT functions_are('ordered_events', ARRAY[
     -- streams, writing, releasing, reading
     'create_stream', 'alter_stream', 'drop_stream', 'ingest', 'append', 'release',
-    'skip_gap', 'gaps', 'blockers',
+    'skip_gap', 'gaps', 'blockers', 'compact',
     -- consumers
     'create_consumer', 'drop_consumer', 'subscribe', 'unsubscribe', 'read', 'peek',
     'key_partition',
@@ -65,17 +65,19 @@ SELECT functions_are('ordered_events', ARRAY[
     'process',
     -- internal
     'blocking_transactions', 'check_handler', 'check_not_null', 'check_release_options',
-    'committed_position', 'consumer_or_error', 'consumers_with_work', 'count_released',
-    'define_consumer', 'forget_unused_totals',
+    'check_retention', 'committed_position', 'compact_stream', 'consumer_or_error',
+    'consumers_with_work', 'count_released', 'define_consumer', 'forget_unused_totals',
     'inbox_insert', 'invalid_option', 'lag_us', 'lock_streams', 'output_stream_or_error',
     'read_here', 'stream_def_changed',
-    'stream_id', 'stream_or_error', 'streams_with_work', 'worker_loaded', 'worker_report'],
+    'start_retaining', 'stream_id', 'stream_or_error', 'streams_to_compact', 'streams_with_work',
+    'worker_loaded', 'worker_report'],
     'schema ordered_events has exactly the functions of 0.2');
 SELECT tables_are('ordered_events', ARRAY[
     'unprocessed',
     -- internal
     'stream_def', 'event_store', 'progress', 'lane_release_log', 'gap_skips', 'key_arrivals',
-    'release_totals', 'consumer_def', 'subscription', 'handler_state', 'handler_result'],
+    'release_totals', 'consumer_def', 'subscription', 'handler_state', 'handler_result',
+    'key_counters', 'dead_letter_totals'],
     'schema ordered_events has exactly the tables of 0.2');
 SELECT views_are('ordered_events', ARRAY[
     'streams', 'inbox', 'released', 'pending', 'ranges', 'key_status', 'stream_stats',

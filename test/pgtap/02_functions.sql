@@ -3,9 +3,9 @@
 -- return type and volatility, and none is STRICT (a NULL argument must give
 -- an error or a meaning such as "every stream", never a silent NULL).
 -- blockers(stream), the open transactions a blocked stream waits for, came
--- with the gap policies (issue 5).
+-- with the gap policies (issue 5); retentions and compact() with issue 13.
 BEGIN;
-SELECT plan(73);
+SELECT plan(81);
 
 CREATE TEMP TABLE contract_function (
     ord int PRIMARY KEY,
@@ -19,15 +19,17 @@ CREATE TEMP TABLE contract_function (
 
 INSERT INTO contract_function VALUES
 (1, 'create_stream',
-    '{text,text,bigint,text,interval,integer}', 'void', 'volatile',
+    '{text,text,bigint,text,interval,integer,interval,interval}', 'void', 'volatile',
     'stream text, sequencing text DEFAULT ''global''::text, initial_sequence bigint DEFAULT 1, '
     'gap_policy text DEFAULT ''wait''::text, gap_timeout interval DEFAULT NULL::interval, '
-    'max_release_batch integer DEFAULT 10000',
+    'max_release_batch integer DEFAULT 10000, retention interval DEFAULT NULL::interval, '
+    'dead_letter_retention interval DEFAULT NULL::interval',
     'void'),
 (2, 'alter_stream',
-    '{text,text,interval,integer}', 'void', 'volatile',
+    '{text,text,interval,integer,interval,interval,boolean}', 'void', 'volatile',
     'stream text, gap_policy text DEFAULT NULL::text, gap_timeout interval DEFAULT NULL::interval, '
-    'max_release_batch integer DEFAULT NULL::integer',
+    'max_release_batch integer DEFAULT NULL::integer, retention interval DEFAULT NULL::interval, '
+    'dead_letter_retention interval DEFAULT NULL::interval, keep_forever boolean DEFAULT false',
     'void'),
 (3, 'drop_stream',
     '{text}', 'void', 'volatile',
@@ -61,9 +63,13 @@ INSERT INTO contract_function VALUES
 (9, 'blockers',
     '{text}', 'setof record', 'stable',
     'stream text',
-    'TABLE(pid integer, xid xid, state text, xact_start timestamp with time zone, query text)');
+    'TABLE(pid integer, xid xid, state text, xact_start timestamp with time zone, query text)'),
+(10, 'compact',
+    '{text}', 'bigint', 'volatile',
+    'stream text DEFAULT NULL::text',
+    'bigint');
 
--- 9 functions x 7 tests
+-- 10 functions x 7 tests
 SELECT has_function('ordered_events', f.name, f.argtypes,
            format('function %s(%s) exists', f.name, array_to_string(f.argtypes, ', ')))
   FROM contract_function f ORDER BY f.ord;
@@ -92,7 +98,8 @@ SELECT isnt_strict('ordered_events', f.name, f.argtypes,
 -- Calls with named arguments, as the contract documents them (2 + 2 tests).
 SELECT lives_ok($$SELECT ordered_events.create_stream(stream => 'tap_fn_named',
         sequencing => 'global', initial_sequence => 10, gap_policy => 'wait',
-        gap_timeout => NULL, max_release_batch => 5)$$,
+        gap_timeout => NULL, max_release_batch => 5, retention => NULL,
+        dead_letter_retention => NULL)$$,
     'create_stream accepts every argument by name');
 SELECT is(ordered_events.ingest(stream => 'tap_fn_named', seq => 10, key => 'k',
         payload => '{"a": 1}', event_ts => '2024-01-01 00:00:00+00',
@@ -101,8 +108,11 @@ SELECT is(ordered_events.ingest(stream => 'tap_fn_named', seq => 10, key => 'k',
 SELECT is(ordered_events.release(stream => 'tap_fn_named'), 1::bigint,
     'release accepts its argument by name');
 SELECT lives_ok($$SELECT ordered_events.alter_stream(stream => 'tap_fn_named',
-        gap_policy => 'wait', gap_timeout => NULL, max_release_batch => 7)$$,
+        gap_policy => 'wait', gap_timeout => NULL, max_release_batch => 7,
+        retention => '1 day', dead_letter_retention => '7 days', keep_forever => false)$$,
     'alter_stream accepts every argument by name');
+SELECT is(ordered_events.compact(stream => 'tap_fn_named'), 0::bigint,
+    'compact accepts its argument by name');
 
 -- append(), skip_gap() and blockers() with named arguments (6 tests).
 SELECT lives_ok($$SELECT ordered_events.create_stream(stream => 'tap_fn_fence',

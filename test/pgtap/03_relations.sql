@@ -3,7 +3,7 @@
 -- has exactly the contract's columns, in the contract's order, with their
 -- types.
 BEGIN;
-SELECT plan(134);
+SELECT plan(136);
 
 CREATE TEMP TABLE contract_column (
     rel name NOT NULL,
@@ -40,6 +40,8 @@ INSERT INTO contract_column (rel, pos, col, typ) VALUES
     ('streams', 5, 'gap_timeout', 'interval'),
     ('streams', 6, 'max_release_batch', 'integer'),
     ('streams', 7, 'created_at', 'timestamp with time zone'),
+    ('streams', 8, 'retention', 'interval'),
+    ('streams', 9, 'dead_letter_retention', 'interval'),
 
     ('inbox', 1, 'stream', 'text'),
     ('inbox', 2, 'seq', 'bigint'),
