@@ -559,8 +559,7 @@ BEGIN
                                                  new_batch);
     PERFORM ordered_events.check_retention('retention', retention);
     PERFORM ordered_events.check_retention('dead_letter_retention', dead_letter_retention);
-    IF keep_forever IS NULL
-       OR keep_forever AND (retention IS NOT NULL OR dead_letter_retention IS NOT NULL) THEN
+    IF keep_forever AND (retention IS NOT NULL OR dead_letter_retention IS NOT NULL) THEN
         PERFORM ordered_events.invalid_option('keep_forever', keep_forever::text,
             'keep_forever => true sets both retentions to NULL (keep everything); do not pass a retention with it.');
     END IF;
@@ -1903,9 +1902,15 @@ BEGIN
     END IF;
 
     IF d.retention IS NOT NULL THEN
-        -- what every consumer read past: the release steps before its position
+        -- what every consumer read past: the release steps before its position,
+        -- or all of them for a partition with nothing left to read
         SELECT pg_catalog.min(s.read_delivery) INTO read_from
-          FROM ordered_events.subscription s WHERE s.stream_id = d.stream_id;
+          FROM ordered_events.subscription s
+          JOIN ordered_events.consumer_def c ON c.consumer_id = s.consumer_id
+          JOIN ordered_events.release_totals t
+            ON t.stream_id = s.stream_id AND t.partitions = c.partitions
+           AND t.partition = s.partition
+         WHERE s.stream_id = d.stream_id AND s.taken_count < t.released_count;
         WITH candidates AS (
                 SELECT l.lane, l.seq_start, l.seq_end, l.delivery, l.released_at,
                        pg_catalog.sum(l.seq_end::numeric - l.seq_start)
@@ -1995,13 +2000,18 @@ COMMENT ON FUNCTION ordered_events.compact_stream(integer) IS
 -- compact(): the worker's compaction by hand, one batch per stream.
 CREATE FUNCTION ordered_events.compact(stream text DEFAULT NULL)
 RETURNS bigint
-LANGUAGE sql VOLATILE SECURITY DEFINER
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-SELECT coalesce(pg_catalog.sum(c.deleted), 0)::bigint
-  FROM ordered_events.stream_def d
- CROSS JOIN LATERAL ordered_events.compact_stream(d.stream_id) c
- WHERE compact.stream IS NULL OR d.stream_id = ordered_events.stream_id(compact.stream)
+BEGIN
+    IF stream IS NOT NULL THEN
+        RETURN (SELECT c.deleted
+                  FROM ordered_events.compact_stream(ordered_events.stream_id(stream)) c);
+    END IF;
+    RETURN (SELECT coalesce(pg_catalog.sum(c.deleted), 0)::bigint
+              FROM ordered_events.stream_def d
+             CROSS JOIN LATERAL ordered_events.compact_stream(d.stream_id) c);
+END;
 $$;
 COMMENT ON FUNCTION ordered_events.compact(text) IS
     'Count released events per key and delete what the retentions allow, one batch per stream; returns the events deleted';
@@ -2029,7 +2039,14 @@ SELECT d.stream
                              ORDER BY l.delivery LIMIT 1) l
                 WHERE l.released_at < pg_catalog.clock_timestamp() - d.retention
                   AND NOT EXISTS (SELECT FROM ordered_events.subscription s
+                                    JOIN ordered_events.consumer_def c
+                                      ON c.consumer_id = s.consumer_id
+                                    JOIN ordered_events.release_totals t
+                                      ON t.stream_id = s.stream_id
+                                     AND t.partitions = c.partitions
+                                     AND t.partition = s.partition
                                    WHERE s.stream_id = d.stream_id
+                                     AND s.taken_count < t.released_count
                                      AND s.read_delivery <= l.delivery))
     OR EXISTS (SELECT FROM ordered_events.unprocessed u
                 WHERE d.dead_letter_retention IS NOT NULL

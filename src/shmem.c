@@ -276,7 +276,7 @@ oe_slot_set_state(const char *state)
 	pgstat_report_activity(STATE_RUNNING, state);
 }
 
-/* In a database worker: its latest error, for worker_status. */
+/* In a database worker: its latest error, for worker_status ("": none). */
 void
 oe_slot_set_error(const char *fmt,...)
 {

@@ -346,7 +346,10 @@ check_extension_version(void)
 	oe_internal_end(&scope);
 }
 
-/* Remember or forget that a unit of work is failing; true if that changed. */
+/*
+ * Remember or forget that a unit of work is failing; true if that changed.
+ * When none is failing any more, worker_status forgets the last error.
+ */
 static bool
 note_failing(const char *name, bool failing)
 {
@@ -361,6 +364,9 @@ note_failing(const char *name, bool failing)
 			{
 				pfree(lfirst(lc));
 				failing_units = foreach_delete_current(failing_units, lc);
+				/* worker_status shows an error while something fails. */
+				if (failing_units == NIL)
+					oe_slot_set_error("%s", "");
 			}
 			return !failing;
 		}
