@@ -8,7 +8,8 @@
 # - worker_status.last_error names the stream and the lock timeout.
 # - The failure is logged once, not every cycle; a new failure after a
 #   recovery is logged again.
-# - Once the lock is gone, "blocked" is released, in order, exactly once.
+# - Once the lock is gone, "blocked" is released, in order, exactly once,
+#   and last_error is cleared.
 # - The worker never restarts for this.
 
 use strict;
@@ -123,6 +124,9 @@ ok($node->poll_query_until('postgres',
 		"SELECT range_end FROM ordered_events.ranges WHERE stream = 'blocked'", '3'),
 	'blocked is released once the lock is gone');
 is(released('blocked'), '1,2', 'blocked released 1,2 in order');
+ok( $node->poll_query_until('postgres', q{
+	SELECT last_error IS NULL FROM ordered_events.worker_status WHERE database = 'postgres'}),
+	'worker_status.last_error is cleared once nothing fails');
 is(released('free'), '1,2,3', 'free released 1,2,3 in order');
 is( $node->safe_psql('postgres', q{
 	SELECT count(*) || '/' || count(DISTINCT (stream, seq)) FROM ordered_events.released}),
