@@ -1618,12 +1618,14 @@ GRANT SELECT ON ordered_events.streams, ordered_events.ranges, ordered_events.st
 GRANT EXECUTE ON FUNCTION ordered_events.worker_report() TO pg_monitor;
 
 /*
- * pending reads each lane from its range_end on, by the primary key, and
- * never the released events before it: its cost is the stream's lanes and
- * pending events, whatever it released (bench/monitoring.sh, figure 11e).
- * The lanes are the stream's progress rows and the keys that no release
- * step has looked at yet (key_arrivals); before range_end only late events
- * in a skipped run that no step settled yet are pending.
+ * pending reads each lane that may hold pending events from its range_end
+ * on, by the primary key, and never the released events before it: its
+ * cost is the pending events and their lanes, whatever the stream released
+ * (bench/monitoring.sh, figure 11e).  Those lanes are a global stream's
+ * one lane, the lanes where a release step stopped at a gap, and the keys
+ * that received events since a step last looked at them (key_arrivals; a
+ * step that runs out of budget puts its key back).  Before range_end only
+ * late events in a skipped run that no step settled yet are pending.
  */
 CREATE OR REPLACE VIEW ordered_events.pending AS
 SELECT w.stream, w.seq, w.key, w.payload, w.event_ts, w.alignment_ts, w.received_at
@@ -1632,12 +1634,16 @@ SELECT w.stream, w.seq, w.key, w.payload, w.event_ts, w.alignment_ts, w.received
           FROM ordered_events.stream_def d
          CROSS JOIN LATERAL (
                 SELECT p.lane, p.range_end FROM ordered_events.progress p
-                 WHERE p.stream_id = d.stream_id
+                 WHERE p.stream_id = d.stream_id AND p.lane = ''
                 UNION
-                SELECT a.key, d.initial_sequence FROM ordered_events.key_arrivals a
-                 WHERE a.stream_id = d.stream_id
-                   AND NOT EXISTS (SELECT FROM ordered_events.progress p
-                                    WHERE p.stream_id = a.stream_id AND p.lane = a.key)) l
+                SELECT p.lane, p.range_end FROM ordered_events.progress p
+                 WHERE p.stream_id = d.stream_id AND p.gap_start IS NOT NULL
+                UNION
+                SELECT a.key, coalesce(p.range_end, d.initial_sequence)
+                  FROM ordered_events.key_arrivals a
+                  LEFT JOIN ordered_events.progress p
+                    ON p.stream_id = a.stream_id AND p.lane = a.key
+                 WHERE a.stream_id = d.stream_id) l
          CROSS JOIN LATERAL (
                 -- OFFSET 0: planned on its own, an index range per lane.  The
                 -- upper bound makes the planner cost the range as a narrow
@@ -1661,16 +1667,17 @@ SELECT w.stream, w.seq, w.key, w.payload, w.event_ts, w.alignment_ts, w.received
  ORDER BY w.stream, w.lane, w.seq;
 
 /*
- * stream_stats from each lane's counters and ends, the pending events and
- * the dead letters: its cost is the stream's lanes, pending events, dead
- * letters and skips, whatever it released (bench/monitoring.sh, 11a).
+ * stream_stats from counters, the pending events and the dead letters: its
+ * cost is the stream's pending events, gaps, dead letters and skips, and
+ * one pass over its lanes' progress rows (the highest released seq),
+ * whatever it released (bench/monitoring.sh, 11a).
  */
 CREATE OR REPLACE VIEW ordered_events.stream_stats AS
 SELECT d.stream,
        CASE WHEN d.sequencing = 'global' THEN p.range_end END AS range_end,
-       mx.max_seen_seq,
+       greatest(pe.max_pending_seq, lr.last_released_seq) AS max_seen_seq,
        pe.pending_count,
-       rel.released_count,
+       t.released_count,
        un.unprocessed_count,
        pe.oldest_pending_at,
        fg.first_gap_start,
@@ -1678,24 +1685,15 @@ SELECT d.stream,
        sk.skipped_count
   FROM ordered_events.stream_def d
   LEFT JOIN ordered_events.progress p ON p.stream_id = d.stream_id AND p.lane = ''
+  JOIN ordered_events.release_totals t
+    ON t.stream_id = d.stream_id AND t.partitions = 1 AND t.partition = 0
  CROSS JOIN LATERAL (
-        -- the highest seq of each lane, read backwards from its end, or
-        -- the last released, if a retention deleted it
-        SELECT max(greatest((SELECT e.seq FROM ordered_events.event_store e
-                              WHERE e.stream_id = l.stream_id AND e.lane = l.lane
-                              ORDER BY e.seq DESC LIMIT 1),
-                            l.last_released_seq)) AS max_seen_seq
-          FROM (SELECT q.stream_id, q.lane, q.last_released_seq FROM ordered_events.progress q
-                 WHERE q.stream_id = d.stream_id
-                UNION ALL
-                SELECT a.stream_id, a.key, NULL FROM ordered_events.key_arrivals a
-                 WHERE a.stream_id = d.stream_id) l) mx
- CROSS JOIN LATERAL (
-        SELECT count(*) AS pending_count, min(w.received_at) AS oldest_pending_at
+        SELECT count(*) AS pending_count, min(w.received_at) AS oldest_pending_at,
+               max(w.seq) AS max_pending_seq
           FROM ordered_events.pending w WHERE w.stream = d.stream) pe
  CROSS JOIN LATERAL (
-        SELECT coalesce(sum(l.released_count), 0)::bigint AS released_count
-          FROM ordered_events.progress l WHERE l.stream_id = d.stream_id) rel
+        SELECT max(q.last_released_seq) AS last_released_seq
+          FROM ordered_events.progress q WHERE q.stream_id = d.stream_id) lr
  LEFT JOIN LATERAL (
         SELECT g.gap_start AS first_gap_start, g.first_seen AS first_gap_since
           FROM ordered_events.gaps(d.stream) g
@@ -1712,14 +1710,17 @@ SELECT d.stream,
 
 /*
  * key_status, from counters: its cost is the stream's keys, pending events
- * and dead letters, whatever it released.  A global stream's released
- * events are counted per key in key_counters once compacted, and counted
- * here from the events until then (the worker compacts after each release).
- * A per-key stream's keys are its lanes, with their counters in progress.
- * Both add the dead letters that a retention deleted (key_counters).
+ * and dead letters, whatever it released.  Each part gives rows of (stream,
+ * key, counts), summed per key:
+ * - a global stream's released events are counted in key_counters once
+ *   compacted, and from the events until then (the worker compacts after
+ *   each release);
+ * - a per-key stream's keys are its lanes, with their counters in progress;
+ * - pending events, last events not released yet, and dead letters (those
+ *   a retention deleted are in key_counters).
  */
 CREATE OR REPLACE VIEW ordered_events.key_status AS
-SELECT d.stream, x.key,
+SELECT x.stream, x.key,
        pg_catalog.max(x.last_released) AS last_released_seq,
        pg_catalog.sum(x.buffered)::bigint AS buffered_count,
        pg_catalog.min(x.buffered_seq) AS earliest_buffered_seq,
@@ -1727,98 +1728,47 @@ SELECT d.stream, x.key,
        pg_catalog.sum(x.released + x.buffered + x.rejected)::bigint AS received_count,
        pg_catalog.sum(x.released)::bigint AS released_count,
        pg_catalog.sum(x.duplicates)::bigint AS duplicate_count,
-       false AS last_event_received
-  FROM ordered_events.stream_def d
-  JOIN ordered_events.progress p ON p.stream_id = d.stream_id AND p.lane = ''
- CROSS JOIN LATERAL (
-        -- counted
-        SELECT k.key, k.released_count AS released, k.last_released_seq AS last_released,
-               0::bigint AS buffered, NULL::bigint AS buffered_seq,
-               k.rejected_count AS rejected, k.duplicate_count AS duplicates
-          FROM ordered_events.key_counters k
-         WHERE k.stream_id = d.stream_id
+       pg_catalog.bool_or(x.last_event) AS last_event_received
+  FROM (-- counted: a global stream's released events, deleted dead letters
+        SELECT d.stream, k.key, k.released_count AS released,
+               k.last_released_seq AS last_released, 0::bigint AS buffered,
+               NULL::bigint AS buffered_seq, k.rejected_count AS rejected,
+               k.duplicate_count AS duplicates, false AS last_event
+          FROM ordered_events.stream_def d
+          JOIN ordered_events.key_counters k ON k.stream_id = d.stream_id
         UNION ALL
-        -- released, not counted yet (a late event in a skipped run is pending)
-        SELECT e.key, 1, e.seq, 0, NULL, 0, 0
-          FROM ordered_events.event_store e
-         WHERE e.stream_id = d.stream_id AND e.lane = ''
-           AND e.seq >= coalesce(p.counted_end, d.initial_sequence) AND e.seq < p.range_end
-           AND NOT EXISTS (SELECT FROM ordered_events.gap_skips g
+        -- a global stream's released events not counted yet (a late event
+        -- in a skipped run is pending)
+        SELECT d.stream, e.key, 1, e.seq, 0, NULL, 0, 0, false
+          FROM ordered_events.stream_def d
+          JOIN ordered_events.progress p ON p.stream_id = d.stream_id AND p.lane = ''
+          JOIN ordered_events.event_store e
+            ON e.stream_id = d.stream_id AND e.lane = ''
+           AND e.seq BETWEEN coalesce(p.counted_end, d.initial_sequence) AND p.range_end - 1
+         WHERE NOT EXISTS (SELECT FROM ordered_events.gap_skips g
                             WHERE g.stream_id = e.stream_id AND g.lane = e.lane
                               AND NOT g.settled AND e.seq BETWEEN g.gap_start AND g.gap_end)
         UNION ALL
-        -- pending (see the view pending)
-        SELECT e.key, 0, NULL, 1, e.seq, 0, 0
-          FROM ordered_events.event_store e
-         WHERE e.stream_id = d.stream_id AND e.lane = ''
-           AND e.seq BETWEEN p.range_end AND 9223372036854775807
-        UNION ALL
-        SELECT e.key, 0, NULL, 1, e.seq, 0, 0
-          FROM ordered_events.gap_skips g
-          JOIN ordered_events.event_store e
-            ON e.stream_id = g.stream_id AND e.lane = g.lane
-           AND e.seq BETWEEN g.gap_start AND g.gap_end AND e.seq < p.range_end
-         WHERE g.stream_id = d.stream_id AND g.lane = '' AND NOT g.settled
-        UNION ALL
-        -- rejected
-        SELECT u.key, 0, NULL, 0, NULL, 1, (u.reason = 'duplicate')::integer
-          FROM ordered_events.unprocessed u
-         WHERE u.stream = d.stream AND u.consumer IS NULL) x
- WHERE d.sequencing = 'global'
- GROUP BY d.stream, x.key
-UNION ALL
-SELECT s.stream, s.key, s.last_released_seq, s.buffered_count, s.earliest_buffered_seq,
-       s.latest_buffered_seq, s.released_count + s.buffered_count + s.rejected_count,
-       s.released_count, s.duplicate_count, s.last_event_received
-  FROM (SELECT d.stream, k.key,
-               coalesce(p.released_count, 0) AS released_count,
-               p.last_released_seq,
-               b.buffered_count, b.earliest_buffered_seq, b.latest_buffered_seq,
-               r.rejected_count + coalesce(kc.rejected_count, 0) AS rejected_count,
-               r.duplicate_count + coalesce(kc.duplicate_count, 0) AS duplicate_count,
-               p.last_event_seq IS NOT NULL OR EXISTS (
-                   SELECT FROM ordered_events.event_store e
-                    WHERE e.stream_id = d.stream_id AND e.lane = k.key
-                      AND e.last_event) AS last_event_received
+        -- a per-key stream's lanes
+        SELECT d.stream, p.lane, p.released_count, p.last_released_seq, 0, NULL, 0, 0,
+               p.last_event_seq IS NOT NULL
           FROM ordered_events.stream_def d
-         CROSS JOIN LATERAL (
-                -- the keys with events (their lanes) or dead letters
-                SELECT q.lane AS key FROM ordered_events.progress q
-                 WHERE q.stream_id = d.stream_id
-                UNION
-                SELECT a.key FROM ordered_events.key_arrivals a WHERE a.stream_id = d.stream_id
-                UNION
-                SELECT u.key FROM ordered_events.unprocessed u
-                 WHERE u.stream = d.stream AND u.consumer IS NULL
-                UNION
-                SELECT c.key FROM ordered_events.key_counters c
-                 WHERE c.stream_id = d.stream_id) k
-          LEFT JOIN ordered_events.progress p ON p.stream_id = d.stream_id AND p.lane = k.key
-          LEFT JOIN ordered_events.key_counters kc
-            ON kc.stream_id = d.stream_id AND kc.key = k.key
-         CROSS JOIN LATERAL (
-                SELECT pg_catalog.count(*) AS buffered_count,
-                       pg_catalog.min(w.seq) AS earliest_buffered_seq,
-                       pg_catalog.max(w.seq) AS latest_buffered_seq
-                  FROM (SELECT e.seq FROM ordered_events.event_store e
-                         WHERE e.stream_id = d.stream_id AND e.lane = k.key
-                           AND e.seq BETWEEN coalesce(p.range_end, d.initial_sequence)
-                                         AND 9223372036854775807    -- see pending
-                        UNION ALL
-                        SELECT e.seq FROM ordered_events.gap_skips g
-                          JOIN ordered_events.event_store e
-                            ON e.stream_id = g.stream_id AND e.lane = g.lane
-                           AND e.seq BETWEEN g.gap_start AND g.gap_end
-                           AND e.seq < coalesce(p.range_end, d.initial_sequence)
-                         WHERE g.stream_id = d.stream_id AND g.lane = k.key
-                           AND NOT g.settled) w) b
-         CROSS JOIN LATERAL (
-                SELECT pg_catalog.count(*) AS rejected_count,
-                       pg_catalog.count(*) FILTER (WHERE u.reason = 'duplicate') AS duplicate_count
-                  FROM ordered_events.unprocessed u
-                 WHERE u.stream = d.stream AND u.key = k.key AND u.consumer IS NULL) r
-         WHERE d.sequencing = 'per_key') s
- WHERE s.released_count + s.buffered_count + s.rejected_count > 0;
+          JOIN ordered_events.progress p ON p.stream_id = d.stream_id
+         WHERE d.sequencing = 'per_key'
+        UNION ALL
+        SELECT w.stream, w.key, 0, NULL, 1, w.seq, 0, 0, false
+          FROM ordered_events.pending w
+        UNION ALL
+        -- last events of per-key streams not released yet
+        SELECT d.stream, e.lane, 0, NULL, 0, NULL, 0, 0, true
+          FROM ordered_events.stream_def d
+          JOIN ordered_events.event_store e ON e.stream_id = d.stream_id AND e.last_event
+        UNION ALL
+        SELECT u.stream, u.key, 0, NULL, 0, NULL, 1, (u.reason = 'duplicate')::integer, false
+          FROM ordered_events.unprocessed u
+         WHERE u.consumer IS NULL) x
+ GROUP BY x.stream, x.key
+HAVING pg_catalog.sum(x.released + x.buffered + x.rejected) > 0;
 
 /*
  * Compaction (README.md, "Retention"): after release, a stream's released
