@@ -19,6 +19,11 @@
  * skip that committed too late to be seen is settled (gap_policy.c) only
  * after this transaction has ended, which is why the xid comes first.
  *
+ * Retention: once a stream's released events may have been deleted
+ * (stream_def.retains_events), a primary key no longer tells a retried old
+ * seq from a new one, the lane's range does: an event below its lane's
+ * range_end is not accepted again (not_retired()).
+ *
  * Locking: every ingest takes RowExclusiveLock on the event table before it
  * looks up the stream.  drop_stream() takes SHARE ROW EXCLUSIVE on it, so an
  * ingest either finishes before the drop or, having waited, sees the drop.

@@ -18,9 +18,11 @@
  * one huge backlog cannot starve the other streams.  Then it runs one
  * processing step (handler.c) for every partition of a handler consumer
  * with events to apply, each in its own transaction, so events released by
- * the cycle are applied in the same cycle.  An error in one stream or
- * partition is caught, logged once, shown in worker_status, and the cycle
- * goes on.
+ * the cycle are applied in the same cycle.  Last, it compacts every stream
+ * with released events to count or events to delete (compact_stream() in
+ * the install script), a batch per transaction.  An error in one stream or
+ * partition is caught, logged once, shown in worker_status while it lasts,
+ * and the cycle goes on.
  * A database without the extension is checked quietly every naptime.
  *
  * DROP DATABASE waits only a few seconds for other sessions to leave, and
