@@ -337,21 +337,22 @@ CREATE TABLE ordered_events.key_counters (
 COMMENT ON TABLE ordered_events.key_counters IS
     'Internal: per-key counts of released events of global streams, and of deleted dead letters';
 
--- The dead letters of each stream that a retention deleted (metrics counts them).
-CREATE TABLE ordered_events.dead_letter_totals (
+-- What each stream's retentions deleted (metrics counts it).
+CREATE TABLE ordered_events.deleted_totals (
     stream_id integer PRIMARY KEY
         REFERENCES ordered_events.stream_def ON DELETE CASCADE,
-    deleted_count bigint NOT NULL
+    events bigint NOT NULL DEFAULT 0,
+    dead_letters bigint NOT NULL DEFAULT 0
 );
-COMMENT ON TABLE ordered_events.dead_letter_totals IS
-    'Internal: how many dead letters of each stream a retention deleted';
+COMMENT ON TABLE ordered_events.deleted_totals IS
+    'Internal: how many released events and dead letters of each stream its retentions deleted';
 
 -- Dead letters by age, for their retention.
 CREATE INDEX unprocessed_stream_received_idx
     ON ordered_events.unprocessed (stream, received_at) WHERE consumer IS NULL;
 
 SELECT pg_catalog.pg_extension_config_dump('ordered_events.key_counters', '');
-SELECT pg_catalog.pg_extension_config_dump('ordered_events.dead_letter_totals', '');
+SELECT pg_catalog.pg_extension_config_dump('ordered_events.deleted_totals', '');
 
 /*
  * Functions.  Changes to stream_def or the skip ledger reach every
@@ -819,12 +820,26 @@ CREATE TABLE ordered_events.release_totals (
     partition integer NOT NULL,
     released_count bigint NOT NULL DEFAULT 0,
     lag_sum numeric NOT NULL DEFAULT 0,     -- of lag_us()
-    deleted_count bigint NOT NULL DEFAULT 0,    -- of those, deleted by retention
-    deleted_lag numeric NOT NULL DEFAULT 0,
     PRIMARY KEY (stream_id, partitions, partition)
 );
 COMMENT ON TABLE ordered_events.release_totals IS
     'Internal: count and summed lag of the released events of each stream, by partition';
+
+-- The count and summed lag of a stream's released events still kept, per
+-- partition of a partition count.
+CREATE FUNCTION ordered_events.kept_released(stream_id integer, partitions integer)
+RETURNS TABLE (partition integer, released_count bigint, lag_sum numeric)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT ordered_events.key_partition(a.key, kept_released.partitions), count(*),
+       sum(ordered_events.lag_us(a.event_ts, a.alignment_ts))
+  FROM ordered_events.accepted_events a
+ WHERE a.stream_id = kept_released.stream_id AND a.is_released
+ GROUP BY 1
+$$;
+COMMENT ON FUNCTION ordered_events.kept_released(integer, integer) IS
+    'Internal: count and summed lag of the released events a stream keeps, by partition';
 
 -- Fill release_totals for a stream and a partition count, from its released events.
 CREATE FUNCTION ordered_events.count_released(stream_id integer, partitions integer)
@@ -836,12 +851,8 @@ INSERT INTO ordered_events.release_totals (stream_id, partitions, partition, rel
 SELECT count_released.stream_id, count_released.partitions, p.p,
        coalesce(r.released_count, 0), coalesce(r.lag_sum, 0)
   FROM generate_series(0, count_released.partitions - 1) p(p)
-  LEFT JOIN (SELECT ordered_events.key_partition(a.key, count_released.partitions) AS p,
-                    count(*) AS released_count,
-                    sum(ordered_events.lag_us(a.event_ts, a.alignment_ts)) AS lag_sum
-               FROM ordered_events.accepted_events a
-              WHERE a.stream_id = count_released.stream_id AND a.is_released
-              GROUP BY 1) r ON r.p = p.p
+  LEFT JOIN ordered_events.kept_released(count_released.stream_id, count_released.partitions) r
+    ON r.partition = p.p
 $$;
 COMMENT ON FUNCTION ordered_events.count_released(integer, integer) IS
     'Internal: fill release_totals for a stream and a partition count';
@@ -1229,9 +1240,17 @@ BEGIN
                 ELSE 0 END,
            9223372036854775807,
            -- what a retention deleted is out of the pool from the beginning
-           CASE WHEN start = 'now' THEN t.released_count ELSE t.deleted_count END,
-           CASE WHEN start = 'now' THEN t.lag_sum ELSE t.deleted_lag END
+           CASE WHEN start = 'now' THEN t.released_count
+                WHEN d.retains_events THEN t.released_count - coalesce(k.released_count, 0)
+                ELSE 0 END,
+           CASE WHEN start = 'now' THEN t.lag_sum
+                WHEN d.retains_events THEN t.lag_sum - coalesce(k.lag_sum, 0)
+                ELSE 0 END
       FROM ordered_events.release_totals t
+      LEFT JOIN LATERAL (
+            SELECT * FROM ordered_events.kept_released(d.stream_id, c.partitions)
+             WHERE d.retains_events AND start = 'beginning') k
+        ON k.partition = t.partition
      WHERE t.stream_id = d.stream_id AND t.partitions = c.partitions;
 END;
 $$;
@@ -1334,6 +1353,7 @@ REVOKE EXECUTE ON FUNCTION
     ordered_events.read(text, integer, integer),
     ordered_events.peek(text, integer, integer),
     ordered_events.count_released(integer, integer),
+    ordered_events.kept_released(integer, integer),
     ordered_events.forget_unused_totals(integer),
     ordered_events.lock_streams(integer[])
 FROM PUBLIC;
@@ -1547,16 +1567,15 @@ UNION ALL
 SELECT 'ordered_events_dead_letters_total', 'counter', d.stream, NULL,
        ((SELECT count(*) FROM ordered_events.unprocessed u
           WHERE u.stream = d.stream AND u.consumer IS NULL)
-        + coalesce((SELECT t.deleted_count FROM ordered_events.dead_letter_totals t
+        + coalesce((SELECT t.dead_letters FROM ordered_events.deleted_totals t
                      WHERE t.stream_id = d.stream_id), 0))::double precision
   FROM ordered_events.stream_def d
 UNION ALL
 -- released events a retention deleted, per stream
 SELECT 'ordered_events_deleted_events_total', 'counter', d.stream, NULL,
-       t.deleted_count::double precision
+       coalesce((SELECT t.events FROM ordered_events.deleted_totals t
+                  WHERE t.stream_id = d.stream_id), 0)::double precision
   FROM ordered_events.stream_def d
-  JOIN ordered_events.release_totals t
-    ON t.stream_id = d.stream_id AND t.partitions = 1 AND t.partition = 0
 UNION ALL
 -- seqs skipped by a gap policy or skip_gap()
 SELECT 'ordered_events_skipped_seqs_total', 'counter', d.stream, NULL,
@@ -1783,20 +1802,34 @@ SELECT d.stream, d.sequencing::text AS sequencing, d.initial_sequence,
   FROM ordered_events.stream_def d;
 
 /*
- * One batch of compaction for a stream, each part at most
- * max_release_batch events:
+ * One batch of compaction for a stream, each part at most 1000 events (or
+ * max_release_batch if lower), so that the worker soon gets back to
+ * releasing:
  * 1. a global stream's released events from its lane's counted_end on are
  *    counted per key in key_counters (up to a skipped run that may still
  *    hold late events: those are not released);
- * 2. with a retention, the release steps (log rows) that every subscribed
- *    consumer has read past, released longer ago than the retention and
- *    counted, are deleted with their events, oldest first; the consumers'
- *    pools keep what was deleted in release_totals.deleted_*;
+ * 2. with a retention, the oldest released events that every subscribed
+ *    consumer has read past (see runs_read_past()), released longer ago
+ *    than the retention and counted, are deleted, with the release runs
+ *    (log rows) they empty; a global stream's oldest run may be deleted in
+ *    parts (its seq_start moves up), counted in deleted_totals;
  * 3. with a dead_letter_retention, the stream's older rejections leave
- *    unprocessed, counted in key_counters and dead_letter_totals.
+ *    unprocessed, counted in key_counters and deleted_totals.
  * It holds the stream's release lock (as a release step does), so no two
- * run at once.  "more" is true if a part filled its batch.
+ * run at once, and no release step runs meanwhile.  "more" is true if a
+ * part filled its batch.
  */
+-- A release run that compact_stream() deletes, in full or up to seq_end.
+CREATE TYPE ordered_events.compacted_run AS (
+    lane text COLLATE "C",
+    seq_start bigint,
+    seq_end bigint,
+    delivery bigint,
+    emptied boolean
+);
+COMMENT ON TYPE ordered_events.compacted_run IS
+    'Internal: a release run that compaction deletes (emptied) or shortens to start at seq_end';
+
 CREATE FUNCTION ordered_events.compact_stream(stream_id integer,
                                               OUT deleted bigint, OUT more boolean)
 LANGUAGE plpgsql VOLATILE
@@ -1804,11 +1837,12 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     d ordered_events.stream_def;
+    batch integer;
     counted_end bigint;
     count_to bigint;
     clock timestamptz := pg_catalog.clock_timestamp();
     read_from bigint;
-    steps bigint;
+    runs ordered_events.compacted_run[];
     rejected bigint;
 BEGIN
     deleted := 0;
@@ -1818,21 +1852,19 @@ BEGIN
     IF NOT FOUND THEN
         RETURN;
     END IF;
+    batch := least(d.max_release_batch, 1000);
 
     IF d.sequencing = 'global' THEN
         SELECT coalesce(p.counted_end, d.initial_sequence),
                least(p.range_end,
                      (SELECT pg_catalog.min(g.gap_start) FROM ordered_events.gap_skips g
-                       WHERE g.stream_id = d.stream_id AND g.lane = '' AND NOT g.settled),
-                     CASE WHEN coalesce(p.counted_end, d.initial_sequence)
-                               > 9223372036854775807 - d.max_release_batch
-                          THEN 9223372036854775807
-                          ELSE coalesce(p.counted_end, d.initial_sequence) + d.max_release_batch
-                     END)
+                       WHERE g.stream_id = d.stream_id AND g.lane = '' AND NOT g.settled))
           INTO counted_end, count_to
           FROM ordered_events.progress p
          WHERE p.stream_id = d.stream_id AND p.lane = '';
         IF count_to > counted_end THEN
+            count_to := CASE WHEN count_to - counted_end > batch THEN counted_end + batch
+                             ELSE count_to END;
             INSERT INTO ordered_events.key_counters AS k
                 (stream_id, key, released_count, last_released_seq)
             SELECT d.stream_id, e.key, pg_catalog.count(*), pg_catalog.max(e.seq)
@@ -1846,13 +1878,13 @@ BEGIN
                                                              excluded.last_released_seq);
             UPDATE ordered_events.progress p SET counted_end = count_to
              WHERE p.stream_id = d.stream_id AND p.lane = '';
-            more := count_to - counted_end >= d.max_release_batch;
+            more := count_to - counted_end >= batch;
             counted_end := count_to;
         END IF;
     END IF;
 
     IF d.retention IS NOT NULL THEN
-        -- what every consumer read past: the release steps before its position,
+        -- what every consumer read past: the release runs before its position,
         -- or all of them for a partition with nothing left to read
         SELECT pg_catalog.min(s.read_delivery) INTO read_from
           FROM ordered_events.subscription s
@@ -1861,55 +1893,56 @@ BEGIN
             ON t.stream_id = s.stream_id AND t.partitions = c.partitions
            AND t.partition = s.partition
          WHERE s.stream_id = d.stream_id AND s.taken_count < t.released_count;
-        WITH candidates AS (
-                SELECT l.lane, l.seq_start, l.seq_end, l.delivery, l.released_at,
-                       pg_catalog.sum(l.seq_end::numeric - l.seq_start)
-                           OVER (ORDER BY l.delivery) AS upto
-                  FROM ordered_events.lane_release_log l
-                 WHERE l.stream_id = d.stream_id
-                   AND (read_from IS NULL OR l.delivery < read_from)
-                 ORDER BY l.delivery
-                 LIMIT d.max_release_batch),
-             chosen AS (
-                SELECT c.lane, c.seq_start, c.seq_end, c.delivery
-                  FROM candidates c
-                 WHERE c.released_at < clock - d.retention
-                   AND (c.upto - (c.seq_end::numeric - c.seq_start) < d.max_release_batch)
-                   AND (d.sequencing = 'per_key' OR c.seq_end <= counted_end)
-                   AND NOT EXISTS (SELECT FROM ordered_events.gap_skips g
-                                    WHERE g.stream_id = d.stream_id AND g.lane = c.lane
-                                      AND NOT g.settled AND g.gap_start < c.seq_end)),
-             gone AS (
-                DELETE FROM ordered_events.event_store e
-                 WHERE e.ctid = ANY (ARRAY(
-                       SELECT x.ctid FROM chosen c
-                        CROSS JOIN LATERAL (
-                              SELECT e2.ctid FROM ordered_events.event_store e2
-                               WHERE e2.stream_id = d.stream_id AND e2.lane = c.lane
-                                 AND e2.seq >= c.seq_start AND e2.seq < c.seq_end) x))
-                RETURNING e.key, ordered_events.lag_us(e.event_ts, e.alignment_ts) AS lag),
-             steps_gone AS (
-                DELETE FROM ordered_events.lane_release_log l
-                 WHERE l.stream_id = d.stream_id
-                   AND l.delivery = ANY (ARRAY(SELECT c.delivery FROM chosen c))
-                RETURNING l.delivery),
-             totals AS (
-                UPDATE ordered_events.release_totals t
-                   SET deleted_count = t.deleted_count + x.n,
-                       deleted_lag = t.deleted_lag + x.lag
-                  FROM (SELECT r.partitions,
-                               ordered_events.key_partition(g.key, r.partitions) AS partition,
-                               pg_catalog.count(*) AS n, pg_catalog.sum(g.lag) AS lag
-                          FROM gone g
-                         CROSS JOIN (SELECT DISTINCT r.partitions FROM ordered_events.release_totals r
-                                      WHERE r.stream_id = d.stream_id) r
-                         GROUP BY 1, 2) x
-                 WHERE t.stream_id = d.stream_id AND t.partitions = x.partitions
-                   AND t.partition = x.partition
-                RETURNING 1)
-        SELECT (SELECT pg_catalog.count(*) FROM gone), (SELECT pg_catalog.count(*) FROM steps_gone)
-          INTO deleted, steps;
-        more := more OR deleted >= d.max_release_batch OR steps >= d.max_release_batch;
+
+        -- the runs to delete, oldest first, and where each deletion stops:
+        -- a global stream's last run may be deleted in part, up to the batch
+        -- or counted_end (which stops before a skipped run that may still
+        -- receive late events; a per-key lane stops before such a run)
+        SELECT pg_catalog.array_agg(ROW(c.lane, c.seq_start, c.stop, c.delivery,
+                                        c.stop = c.seq_end)::ordered_events.compacted_run
+                                    ORDER BY c.delivery)
+          INTO runs
+          FROM (SELECT l.lane, l.seq_start, l.seq_end, l.delivery, l.released_at, l.before,
+                       CASE WHEN d.sequencing = 'per_key' THEN l.seq_end
+                            ELSE least(l.seq_end::numeric, counted_end,
+                                       l.seq_start + (batch - l.before))::bigint
+                       END AS stop
+                  FROM (SELECT l.lane, l.seq_start, l.seq_end, l.delivery, l.released_at,
+                               coalesce(pg_catalog.sum(l.seq_end::numeric - l.seq_start)
+                                   OVER (ORDER BY l.delivery ROWS BETWEEN UNBOUNDED PRECEDING
+                                                                 AND 1 PRECEDING), 0) AS before
+                          FROM ordered_events.lane_release_log l
+                         WHERE l.stream_id = d.stream_id
+                           AND (read_from IS NULL OR l.delivery < read_from)
+                         ORDER BY l.delivery
+                         LIMIT batch) l) c
+         WHERE c.released_at < clock - d.retention
+           AND c.before < batch AND c.stop > c.seq_start
+           AND NOT EXISTS (SELECT FROM ordered_events.gap_skips g
+                            WHERE g.stream_id = d.stream_id AND g.lane = c.lane
+                              AND NOT g.settled AND g.gap_start < c.stop);
+
+        IF runs IS NOT NULL THEN
+            DELETE FROM ordered_events.event_store e
+             WHERE e.ctid = ANY (ARRAY(
+                   SELECT x.ctid FROM pg_catalog.unnest(runs) c
+                    CROSS JOIN LATERAL (
+                          SELECT e2.ctid FROM ordered_events.event_store e2
+                           WHERE e2.stream_id = d.stream_id AND e2.lane = c.lane
+                             AND e2.seq >= c.seq_start AND e2.seq < c.seq_end) x));
+            GET DIAGNOSTICS deleted = ROW_COUNT;
+            INSERT INTO ordered_events.deleted_totals AS t (stream_id, events)
+            VALUES (d.stream_id, deleted)
+            ON CONFLICT ON CONSTRAINT deleted_totals_pkey
+            DO UPDATE SET events = t.events + deleted;
+            DELETE FROM ordered_events.lane_release_log l
+             USING pg_catalog.unnest(runs) c
+             WHERE l.stream_id = d.stream_id AND l.delivery = c.delivery AND c.emptied;
+            UPDATE ordered_events.lane_release_log l SET seq_start = c.seq_end
+              FROM pg_catalog.unnest(runs) c
+             WHERE l.stream_id = d.stream_id AND l.delivery = c.delivery AND NOT c.emptied;
+            more := true;
+        END IF;
     END IF;
 
     IF d.dead_letter_retention IS NOT NULL THEN
@@ -1920,7 +1953,7 @@ BEGIN
                         WHERE u2.stream = d.stream AND u2.consumer IS NULL
                           AND u2.received_at < clock - d.dead_letter_retention
                         ORDER BY u2.received_at
-                        LIMIT d.max_release_batch))
+                        LIMIT batch))
                 RETURNING u.key, u.reason),
              per_key AS (
                 INSERT INTO ordered_events.key_counters AS k
@@ -1935,12 +1968,12 @@ BEGIN
                 RETURNING 1)
         SELECT pg_catalog.count(*) INTO rejected FROM gone;
         IF rejected > 0 THEN
-            INSERT INTO ordered_events.dead_letter_totals AS t (stream_id, deleted_count)
+            INSERT INTO ordered_events.deleted_totals AS t (stream_id, dead_letters)
             VALUES (d.stream_id, rejected)
-            ON CONFLICT ON CONSTRAINT dead_letter_totals_pkey
-            DO UPDATE SET deleted_count = t.deleted_count + rejected;
+            ON CONFLICT ON CONSTRAINT deleted_totals_pkey
+            DO UPDATE SET dead_letters = t.dead_letters + rejected;
         END IF;
-        more := more OR rejected >= d.max_release_batch;
+        more := more OR rejected >= batch;
     END IF;
 END;
 $$;

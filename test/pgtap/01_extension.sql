@@ -67,6 +67,7 @@ SELECT functions_are('ordered_events', ARRAY[
     'blocking_transactions', 'check_handler', 'check_not_null', 'check_release_options',
     'check_retention', 'committed_position', 'compact_stream', 'consumer_or_error',
     'consumers_with_work', 'count_released', 'define_consumer', 'forget_unused_totals',
+    'kept_released',
     'inbox_insert', 'invalid_option', 'lag_us', 'lock_streams', 'output_stream_or_error',
     'read_here', 'stream_def_changed',
     'start_retaining', 'stream_id', 'stream_or_error', 'streams_to_compact', 'streams_with_work',
@@ -77,7 +78,7 @@ SELECT tables_are('ordered_events', ARRAY[
     -- internal
     'stream_def', 'event_store', 'progress', 'lane_release_log', 'gap_skips', 'key_arrivals',
     'release_totals', 'consumer_def', 'subscription', 'handler_state', 'handler_result',
-    'key_counters', 'dead_letter_totals'],
+    'key_counters', 'deleted_totals'],
     'schema ordered_events has exactly the tables of 0.2');
 SELECT views_are('ordered_events', ARRAY[
     'streams', 'inbox', 'released', 'pending', 'ranges', 'key_status', 'stream_stats',
@@ -91,7 +92,8 @@ SELECT sequences_are('ordered_events', ARRAY['stream_id_seq', 'arrival_seq', 'co
 
 -- The types of the schema: the enums and the handlers' composite types
 -- (the row types of the tables and views are not counted).
-SELECT types_are('ordered_events', ARRAY['outcome', 'sequencing', 'gap_policy', 'event', 'step'],
+SELECT types_are('ordered_events', ARRAY['outcome', 'sequencing', 'gap_policy', 'event', 'step',
+    'compacted_run'],
     'schema ordered_events has exactly the types of 0.2');
 
 -- outcome: the labels of the contract, in order.
