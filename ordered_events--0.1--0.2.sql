@@ -1843,6 +1843,8 @@ DECLARE
     clock timestamptz := pg_catalog.clock_timestamp();
     read_from bigint;
     runs ordered_events.compacted_run[];
+    delete_from bigint;
+    delete_to bigint;
     rejected bigint;
 BEGIN
     deleted := 0;
@@ -1863,8 +1865,11 @@ BEGIN
           FROM ordered_events.progress p
          WHERE p.stream_id = d.stream_id AND p.lane = '';
         IF count_to > counted_end THEN
-            count_to := CASE WHEN count_to - counted_end > batch THEN counted_end + batch
-                             ELSE count_to END;
+            -- at most "batch" events (the seqs between may be skipped ones)
+            count_to := coalesce((SELECT e.seq FROM ordered_events.event_store e
+                                   WHERE e.stream_id = d.stream_id AND e.lane = ''
+                                     AND e.seq >= counted_end AND e.seq < count_to
+                                   ORDER BY e.seq OFFSET batch LIMIT 1), count_to);
             INSERT INTO ordered_events.key_counters AS k
                 (stream_id, key, released_count, last_released_seq)
             SELECT d.stream_id, e.key, pg_catalog.count(*), pg_catalog.max(e.seq)
@@ -1878,7 +1883,7 @@ BEGIN
                                                              excluded.last_released_seq);
             UPDATE ordered_events.progress p SET counted_end = count_to
              WHERE p.stream_id = d.stream_id AND p.lane = '';
-            more := count_to - counted_end >= batch;
+            more := true;
             counted_end := count_to;
         END IF;
     END IF;
@@ -1894,33 +1899,55 @@ BEGIN
            AND t.partition = s.partition
          WHERE s.stream_id = d.stream_id AND s.taken_count < t.released_count;
 
-        -- the runs to delete, oldest first, and where each deletion stops:
-        -- a global stream's last run may be deleted in part, up to the batch
-        -- or counted_end (which stops before a skipped run that may still
-        -- receive late events; a per-key lane stops before such a run)
-        SELECT pg_catalog.array_agg(ROW(c.lane, c.seq_start, c.stop, c.delivery,
-                                        c.stop = c.seq_end)::ordered_events.compacted_run
-                                    ORDER BY c.delivery)
-          INTO runs
-          FROM (SELECT l.lane, l.seq_start, l.seq_end, l.delivery, l.released_at, l.before,
-                       CASE WHEN d.sequencing = 'per_key' THEN l.seq_end
-                            ELSE least(l.seq_end::numeric, counted_end,
-                                       l.seq_start + (batch - l.before))::bigint
-                       END AS stop
-                  FROM (SELECT l.lane, l.seq_start, l.seq_end, l.delivery, l.released_at,
-                               coalesce(pg_catalog.sum(l.seq_end::numeric - l.seq_start)
-                                   OVER (ORDER BY l.delivery ROWS BETWEEN UNBOUNDED PRECEDING
-                                                                 AND 1 PRECEDING), 0) AS before
-                          FROM ordered_events.lane_release_log l
-                         WHERE l.stream_id = d.stream_id
-                           AND (read_from IS NULL OR l.delivery < read_from)
-                         ORDER BY l.delivery
-                         LIMIT batch) l) c
-         WHERE c.released_at < clock - d.retention
-           AND c.before < batch AND c.stop > c.seq_start
-           AND NOT EXISTS (SELECT FROM ordered_events.gap_skips g
-                            WHERE g.stream_id = d.stream_id AND g.lane = c.lane
-                              AND NOT g.settled AND g.gap_start < c.stop);
+        -- the runs to delete, oldest first, and where each deletion stops
+        IF d.sequencing = 'global' THEN
+            -- from the oldest run to the first that must stay, or that is
+            -- not counted, at most "batch" events: the last run in part
+            SELECT l.seq_start INTO delete_from FROM ordered_events.lane_release_log l
+             WHERE l.stream_id = d.stream_id ORDER BY l.delivery LIMIT 1;
+            delete_to := least(counted_end,
+                               (SELECT l.seq_start FROM ordered_events.lane_release_log l
+                                 WHERE l.stream_id = d.stream_id
+                                   AND (l.delivery >= read_from
+                                        OR l.released_at >= clock - d.retention)
+                                 ORDER BY l.delivery LIMIT 1));
+            delete_to := coalesce((SELECT e.seq FROM ordered_events.event_store e
+                                    WHERE e.stream_id = d.stream_id AND e.lane = ''
+                                      AND e.seq >= delete_from AND e.seq < delete_to
+                                    ORDER BY e.seq OFFSET batch LIMIT 1), delete_to);
+            SELECT pg_catalog.array_agg(ROW('', l.seq_start, least(l.seq_end, delete_to),
+                                            l.delivery, l.seq_end <= delete_to)
+                                        ::ordered_events.compacted_run ORDER BY l.delivery)
+              INTO runs
+              FROM ordered_events.lane_release_log l
+             WHERE l.stream_id = d.stream_id AND l.lane = ''
+               AND l.seq_end <= coalesce(
+                       (SELECT l2.seq_end FROM ordered_events.lane_release_log l2
+                         WHERE l2.stream_id = d.stream_id AND l2.lane = ''
+                           AND l2.seq_end >= delete_to
+                         ORDER BY l2.seq_end LIMIT 1), 9223372036854775807)
+               AND l.seq_start < delete_to;
+        ELSE
+            -- whole runs, at most "batch" of them or the one that reaches
+            -- "batch" seqs; a lane stops before a skipped run that may
+            -- still receive late events
+            SELECT pg_catalog.array_agg(ROW(c.lane, c.seq_start, c.seq_end, c.delivery, true)
+                                        ::ordered_events.compacted_run ORDER BY c.delivery)
+              INTO runs
+              FROM (SELECT l.lane, l.seq_start, l.seq_end, l.delivery, l.released_at,
+                           coalesce(pg_catalog.sum(l.seq_end::numeric - l.seq_start)
+                               OVER (ORDER BY l.delivery ROWS BETWEEN UNBOUNDED PRECEDING
+                                                             AND 1 PRECEDING), 0) AS before
+                      FROM ordered_events.lane_release_log l
+                     WHERE l.stream_id = d.stream_id
+                       AND (read_from IS NULL OR l.delivery < read_from)
+                     ORDER BY l.delivery
+                     LIMIT batch) c
+             WHERE c.released_at < clock - d.retention AND c.before < batch
+               AND NOT EXISTS (SELECT FROM ordered_events.gap_skips g
+                                WHERE g.stream_id = d.stream_id AND g.lane = c.lane
+                                  AND NOT g.settled AND g.gap_start < c.seq_end);
+        END IF;
 
         IF runs IS NOT NULL THEN
             DELETE FROM ordered_events.event_store e
