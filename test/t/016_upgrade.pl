@@ -109,6 +109,30 @@ my $state_sql = q{
 my $before = $node->safe_psql('postgres', $state_sql);
 like($before, qr{^f/1/x/ f/2/y/ g/2/k0/\{"n": 2\}}, 'the 0.1 database holds released events');
 
+# key_status, every column, of the global streams and of the per-key one:
+# 0.2 reads a per-key lane's last released seq from its progress, and a
+# global stream's counts from counters once compacted.
+sub key_status_sql
+{
+	my ($streams) = @_;
+	return qq{
+	SELECT string_agg(format('%s/%s/%s/%s/%s/%s/%s/%s/%s/%s', stream, key, last_released_seq,
+	                         buffered_count, earliest_buffered_seq, latest_buffered_seq,
+	                         received_count, released_count, duplicate_count, last_event_received),
+	                  ' ' ORDER BY stream, key)
+	  FROM ordered_events.key_status WHERE stream IN ($streams)};
+}
+my $global_key_status_sql = key_status_sql(q{'f', 'g'});
+my $per_key_status_sql = key_status_sql(q{'k'});
+my $global_key_status = $node->safe_psql('postgres', $global_key_status_sql);
+my $per_key_status = $node->safe_psql('postgres', $per_key_status_sql);
+is($global_key_status,
+	'f/x/1/0///1/1/0/f f/y/2/0///1/1/0/f '
+	  . 'g/k0/6/0///3/2/1/f g/k1/5/1/9/9/4/3/0/f',
+	'0.1 key_status of the global streams');
+is($per_key_status, 'k/a/1/1/3/3/2/1/0/f k/b/2/0///3/2/0/t',
+	'0.1 key_status of the per-key stream');
+
 # The 0.2 library refuses the 0.1 objects, with the way out.
 my ($ret, $stdout, $stderr) = $node->psql('postgres', q{
 	\set VERBOSITY verbose
@@ -122,6 +146,29 @@ is($node->safe_psql('postgres',
 	q{SELECT extversion FROM pg_extension WHERE extname = 'ordered_events'}),
 	'0.2', 'updated to 0.2');
 is($node->safe_psql('postgres', $state_sql), $before, 'every event, dead letter, skip and counter is kept');
+
+# The update filled each lane's last released seq: the last event below its
+# range_end (g: 6, the skipped 4 and the pending 9 are not; b: 2, its last).
+is( $node->safe_psql('postgres', q{
+	SELECT string_agg(format('%s/%s/%s', d.stream, p.lane, p.last_released_seq), ' '
+	                  ORDER BY d.stream, p.lane)
+	  FROM ordered_events.progress p JOIN ordered_events.stream_def d USING (stream_id)}),
+	'f//2 g//6 k/a/1 k/b/2', 'the update filled progress.last_released_seq of every lane');
+is($node->safe_psql('postgres', $per_key_status_sql), $per_key_status,
+	'key_status of the per-key stream: the same last released seqs and counts as before');
+is($node->safe_psql('postgres', $global_key_status_sql), $global_key_status,
+	'key_status of the global streams: as before');
+# Counting a global stream's released events into counters (compact()
+# without a retention) changes none of it.
+is( $node->safe_psql('postgres', q{
+	SELECT ordered_events.compact();
+	SELECT string_agg(format('%s/%s', d.stream, p.counted_end), ' ' ORDER BY d.stream)
+	  FROM ordered_events.progress p JOIN ordered_events.stream_def d USING (stream_id)
+	 WHERE p.lane = ''}),
+	"0\nf/3 g/4", 'compact() deletes nothing without a retention, and counts f and g up to the skipped 4');
+is($node->safe_psql('postgres', $global_key_status_sql), $global_key_status,
+	'key_status of the global streams from the counters: as before');
+is($node->safe_psql('postgres', $state_sql), $before, '... and everything else too');
 
 # 0.2's rules.
 is($node->safe_psql('postgres', q{
@@ -340,5 +387,73 @@ is($node->safe_psql('postgres', q{
 	'one result per event that held; the handler\'s dead letter names the consumer, 0.1\'s have none');
 is($node->safe_psql('postgres', $counts_sql), $counts_before,
 	'stream_stats and key_status do not count the handler\'s dead letter');
+
+# Retention set after the update (issue 13).  compact() deletes the release
+# steps that every consumer partition with events left to read has read
+# past.  up2 has: in g, partition 1 stopped in the step of 7..10 (11 and 12
+# unread); in k, partition 0 after b/2 (c/1 unread), partition 1 after a/3
+# (a/4 unread).  So g's 0.1 steps (1..6) and k's step of a/1 go; the other
+# consumers read everything and hold nothing back.
+my $stats_sql = q{
+	SELECT string_agg(format('%s/%s/%s/%s/%s/%s/%s', stream, range_end, max_seen_seq, pending_count,
+	                         released_count, unprocessed_count, skipped_count), ' ' ORDER BY stream)
+	  FROM ordered_events.stream_stats;
+} . key_status_sql(q{'f', 'g', 'k'});
+my $stats = $node->safe_psql('postgres', $stats_sql);
+is( $node->safe_psql('postgres', q{
+	SELECT ordered_events.alter_stream('g', retention => '0 s');
+	SELECT ordered_events.alter_stream('k', retention => '0 s');
+	SELECT ordered_events.compact() + ordered_events.compact() + ordered_events.compact();
+	SELECT string_agg(format('%s/%s/%s', stream, key, seq), ' ' ORDER BY stream, key, seq)
+	  FROM ordered_events.released WHERE stream IN ('g', 'k')}),
+	"\n\n6\ng/k/7 g/k/8 g/k/10 g/k/11 g/k/12 g/k1/9 k/a/2 k/a/3 k/a/4 k/b/1 k/b/2 k/c/1",
+	'with a retention of 0 s, compact() deletes the 6 events all consumers read past');
+is($node->safe_psql('postgres', $stats_sql), $stats,
+	'stream_stats and key_status count the deleted events as before');
+
+# A consumer subscribed now starts at the first event kept.
+is( $node->safe_psql('postgres', q{
+	SELECT ordered_events.create_consumer('late');
+	SELECT ordered_events.subscribe('late', 'g');
+	SELECT unread_count FROM ordered_events.consumers WHERE consumer = 'late';
+	SELECT string_agg(seq::text, ',' ORDER BY n)
+	  FROM ordered_events.read('late') WITH ORDINALITY
+	       AS r(stream, seq, key, payload, event_ts, alignment_ts, stabilized_ts, n)}),
+	"\n\n6\n7,8,9,10,11,12", 'a consumer subscribed after the deletion reads the 6 events kept in g');
+
+# Retried seqs of deleted events are still rejected.
+is( $node->safe_psql('postgres', q{
+	SELECT ordered_events.ingest('g', 1, 'k1'), ordered_events.ingest('g', 6, 'k0'),
+	       ordered_events.ingest('g', 4, 'k'), ordered_events.ingest('k', 1, 'a'),
+	       ordered_events.ingest('k', 3, 'b');
+	SELECT string_agg(format('%s/%s/%s/%s', stream, key, seq, detail), E'\n' ORDER BY stream, key, seq)
+	  FROM ordered_events.unprocessed
+	 WHERE consumer IS NULL AND (stream, seq) IN (('g', 1), ('g', 6), ('g', 4), ('k', 1))}),
+	"duplicate|duplicate|gap_skipped|duplicate|after_last_event\n"
+	  . "g/k/4/Seq 4 arrived after it was skipped (lost upstream).\n"
+	  . "g/k0/6/Seq 6 was already released.\n"
+	  . "g/k1/1/Seq 1 was already released.\n"
+	  . "k/a/1/Seq 1 was already released.",
+	'retried seqs of deleted events: duplicate, gap_skipped and after_last_event as before');
+
+# up2 reads the rest; then every consumer has read everything and compact()
+# deletes all of g and k.
+is( $node->safe_psql('postgres', q{
+	SELECT string_agg(format('%s/%s/%s/%s', p.p, r.stream, r.key, r.seq), ' ' ORDER BY p.p, n)
+	  FROM generate_series(0, 1) p(p),
+	       LATERAL ordered_events.read('up2', 100, p.p) WITH ORDINALITY
+	       AS r(stream, seq, key, payload, event_ts, alignment_ts, stabilized_ts, n);
+	SELECT ordered_events.compact() + ordered_events.compact() + ordered_events.compact();
+	SELECT count(*) FROM ordered_events.released WHERE stream IN ('g', 'k');
+	SELECT string_agg(format('%s/%s', stream, value), ' ' ORDER BY stream) FROM ordered_events.metrics
+	 WHERE metric = 'ordered_events_deleted_events_total'}),
+	"0/k/c/1 1/k/a/4 1/g/k/11 1/g/k/12\n12\n0\nf/0 g/11 k/7",
+	'once up2 read the rest, compact() deletes everything in g and k');
+is( $node->safe_psql('postgres', q{
+	SELECT string_agg(format('%s/%s/%s/%s/%s/%s', stream, key, last_released_seq, received_count,
+	                         released_count, duplicate_count), ' ' ORDER BY stream, key)
+	  FROM ordered_events.key_status WHERE stream IN ('g', 'k')}),
+	'g/k/12/7/5/1 g/k0/6/4/2/2 g/k1/9/5/4/1 k/a/4/5/4/1 k/b/2/4/2/0 k/c/1/1/1/0',
+	'key_status keeps the counts and last released seqs, with the retries');
 
 done_testing();
