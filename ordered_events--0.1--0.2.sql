@@ -1834,6 +1834,9 @@ CREATE FUNCTION ordered_events.compact_stream(stream_id integer,
                                               OUT deleted bigint, OUT more boolean)
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
+-- each statement planned for its values and the tables' current size: a
+-- cached plan made while a table was small would scan it whole
+SET plan_cache_mode = force_custom_plan
 AS $$
 DECLARE
     d ordered_events.stream_def;
@@ -1845,6 +1848,9 @@ DECLARE
     runs ordered_events.compacted_run[];
     delete_from bigint;
     delete_to bigint;
+    newest bigint;
+    run ordered_events.compacted_run;
+    gone bigint;
     rejected bigint;
 BEGIN
     deleted := 0;
@@ -1899,6 +1905,11 @@ BEGIN
            AND t.partition = s.partition
          WHERE s.stream_id = d.stream_id AND s.taken_count < t.released_count;
 
+        -- the stream's newest run stays, emptied: release steps number the
+        -- next one after it (src/delivery.c)
+        newest := (SELECT pg_catalog.max(l.delivery) FROM ordered_events.lane_release_log l
+                    WHERE l.stream_id = d.stream_id);
+
         -- the runs to delete, oldest first, and where each deletion stops
         IF d.sequencing = 'global' THEN
             -- from the oldest run to the first that must stay, or that is
@@ -1944,43 +1955,46 @@ BEGIN
                      ORDER BY l.delivery
                      LIMIT batch) c
              WHERE c.released_at < clock - d.retention AND c.before < batch
+               AND (c.delivery <> newest OR c.seq_start < c.seq_end)
                AND NOT EXISTS (SELECT FROM ordered_events.gap_skips g
                                 WHERE g.stream_id = d.stream_id AND g.lane = c.lane
                                   AND NOT g.settled AND g.gap_start < c.seq_end);
         END IF;
 
         IF runs IS NOT NULL THEN
-            DELETE FROM ordered_events.event_store e
-             WHERE e.ctid = ANY (ARRAY(
-                   SELECT x.ctid FROM pg_catalog.unnest(runs) c
-                    CROSS JOIN LATERAL (
-                          SELECT e2.ctid FROM ordered_events.event_store e2
-                           WHERE e2.stream_id = d.stream_id AND e2.lane = c.lane
-                             AND e2.seq >= c.seq_start AND e2.seq < c.seq_end) x));
-            GET DIAGNOSTICS deleted = ROW_COUNT;
+            FOREACH run IN ARRAY runs LOOP
+                DELETE FROM ordered_events.event_store e
+                 WHERE e.stream_id = d.stream_id AND e.lane = run.lane
+                   AND e.seq >= run.seq_start AND e.seq < run.seq_end;
+                GET DIAGNOSTICS gone = ROW_COUNT;
+                deleted := deleted + gone;
+                IF run.emptied AND run.delivery <> newest THEN
+                    DELETE FROM ordered_events.lane_release_log l
+                     WHERE l.stream_id = d.stream_id AND l.delivery = run.delivery;
+                ELSE
+                    UPDATE ordered_events.lane_release_log l SET seq_start = run.seq_end
+                     WHERE l.stream_id = d.stream_id AND l.delivery = run.delivery;
+                END IF;
+            END LOOP;
             INSERT INTO ordered_events.deleted_totals AS t (stream_id, events)
             VALUES (d.stream_id, deleted)
             ON CONFLICT ON CONSTRAINT deleted_totals_pkey
             DO UPDATE SET events = t.events + deleted;
-            DELETE FROM ordered_events.lane_release_log l
-             USING pg_catalog.unnest(runs) c
-             WHERE l.stream_id = d.stream_id AND l.delivery = c.delivery AND c.emptied;
-            UPDATE ordered_events.lane_release_log l SET seq_start = c.seq_end
-              FROM pg_catalog.unnest(runs) c
-             WHERE l.stream_id = d.stream_id AND l.delivery = c.delivery AND NOT c.emptied;
-            more := true;
+            more := runs[pg_catalog.array_upper(runs, 1)].delivery <> newest;
         END IF;
     END IF;
 
     IF d.dead_letter_retention IS NOT NULL THEN
+        -- the oldest, up to "batch" of them (and those received at the same time)
         WITH gone AS (
                 DELETE FROM ordered_events.unprocessed u
-                 WHERE u.ctid = ANY (ARRAY(
-                       SELECT u2.ctid FROM ordered_events.unprocessed u2
-                        WHERE u2.stream = d.stream AND u2.consumer IS NULL
-                          AND u2.received_at < clock - d.dead_letter_retention
-                        ORDER BY u2.received_at
-                        LIMIT batch))
+                 WHERE u.stream = d.stream AND u.consumer IS NULL
+                   AND u.received_at < clock - d.dead_letter_retention
+                   AND u.received_at <= coalesce(
+                           (SELECT u2.received_at FROM ordered_events.unprocessed u2
+                             WHERE u2.stream = d.stream AND u2.consumer IS NULL
+                             ORDER BY u2.received_at OFFSET batch - 1 LIMIT 1),
+                           'infinity')
                 RETURNING u.key, u.reason),
              per_key AS (
                 INSERT INTO ordered_events.key_counters AS k
@@ -2043,11 +2057,15 @@ SELECT d.stream
                   AND coalesce(p.counted_end, d.initial_sequence) < least(p.range_end,
                         (SELECT pg_catalog.min(g.gap_start) FROM ordered_events.gap_skips g
                           WHERE g.stream_id = d.stream_id AND g.lane = '' AND NOT g.settled)))
-    OR EXISTS (SELECT FROM (SELECT l.delivery, l.released_at
+    OR EXISTS (SELECT FROM (SELECT l.delivery, l.released_at, l.seq_start, l.seq_end
                               FROM ordered_events.lane_release_log l
                              WHERE d.retention IS NOT NULL AND l.stream_id = d.stream_id
                              ORDER BY l.delivery LIMIT 1) l
                 WHERE l.released_at < pg_catalog.clock_timestamp() - d.retention
+                  -- not the newest run, kept once emptied
+                  AND (l.seq_start < l.seq_end
+                       OR EXISTS (SELECT FROM ordered_events.lane_release_log n
+                                   WHERE n.stream_id = d.stream_id AND n.delivery > l.delivery))
                   AND NOT EXISTS (SELECT FROM ordered_events.subscription s
                                     JOIN ordered_events.consumer_def c
                                       ON c.consumer_id = s.consumer_id
