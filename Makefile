@@ -2,8 +2,10 @@
 # against a running server; `make test` and `make demo` do everything on a
 # fresh Debian machine (see README.md).
 
-EXTENSION = ordered_events
-EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" $(EXTENSION).control)
+# ordered_events, and the router of a stream sharded over several servers
+# (README.md, "Sharding"), a plain SQL extension over PL/Proxy.
+EXTENSION = ordered_events ordered_events_router
+EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" ordered_events.control)
 
 MODULE_big = ordered_events
 OBJS = \
@@ -20,20 +22,21 @@ OBJS = \
 	src/lane.o \
 	src/ordered_events.o \
 	src/release.o \
+	src/shard.o \
 	src/shmem.o \
 	src/skip_gap.o \
 	src/table_insert.o \
 	src/worker.o
 PG_CPPFLAGS = -DOE_LIBRARY_VERSION='"$(EXTVERSION)"'
 
-DATA = $(sort $(wildcard $(EXTENSION)--*.sql))
+DATA = $(sort $(wildcard ordered_events--*.sql ordered_events_router--*.sql))
 PGFILEDESC = "ordered_events - ordered, exactly-once release of sequenced events"
 
 REGRESS = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))
-REGRESS_OPTS = --load-extension=$(EXTENSION)
+REGRESS_OPTS = --load-extension=ordered_events
 
 ISOLATION = $(patsubst test/isolation/specs/%.spec,%,$(sort $(wildcard test/isolation/specs/*.spec)))
-ISOLATION_OPTS = --inputdir=test/isolation --load-extension=$(EXTENSION)
+ISOLATION_OPTS = --inputdir=test/isolation --load-extension=ordered_events
 
 # TAP tests make their own clusters: run by `make installcheck-tap` as a
 # non-root user (test/run does that), not by `make installcheck`.

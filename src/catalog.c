@@ -75,7 +75,7 @@ static OePlan stream_plan = {
 	"  (SELECT max(g.gap_end) FROM ordered_events.gap_skips g "
 	"    WHERE g.stream_id = d.stream_id), "
 	"  pg_catalog.to_regclass(pg_catalog.format('ordered_events.fence_seq_%s', d.stream_id)), "
-	"  d.retains_events "
+	"  d.retains_events, d.sharded "
 	"FROM ordered_events.stream_def d WHERE d.stream = $1",
 	1, {TEXTOID}
 };
@@ -344,6 +344,7 @@ read_stream(const char *name, OeStream *stream)
 		value = oe_result(0, 7, &isnull);
 		stream->fence_seq = isnull ? InvalidOid : DatumGetObjectId(value);
 		stream->retains_events = DatumGetBool(oe_result(0, 8, &isnull));
+		stream->sharded = DatumGetBool(oe_result(0, 9, &isnull));
 	}
 	oe_internal_end(&scope);
 	return found;

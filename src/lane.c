@@ -296,6 +296,27 @@ end_scan(LaneScan *ls)
 }
 
 
+/* Count the event in the scan's slot, at seq, as released by the step. */
+static void
+release_event(OeLane *lane, TupleTableSlot *slot, int64 seq)
+{
+	TimestampTz ts;
+	bool		isnull;
+
+	/* What this step reads of the row, deformed at once. */
+	slot_getsomeattrs(slot, Anum_oe_event_alignment_ts);
+	ts = DatumGetTimestampTz(slot_getattr(slot, Anum_oe_event_event_ts, &isnull));
+	if (!lane->max_event_ts_valid || ts > lane->max_event_ts)
+	{
+		lane->max_event_ts = ts;
+		lane->max_event_ts_valid = true;
+	}
+	lane->last_event = DatumGetBool(slot_getattr(slot, Anum_oe_event_last_event, &isnull));
+	oe_step_count_event(lane, slot);
+	lane->last_released = seq;
+	lane->released++;
+}
+
 /*
  * Walk the lane's primary key from range_end in seq order with the given
  * snapshot, releasing at most "limit" consecutive events, passing skipped
@@ -308,7 +329,6 @@ oe_walk_lane(OeLane *lane, int64 limit, Snapshot snapshot)
 	ListCell   *next_run = list_head(lane->runs);
 	int64		seq = 0;
 	bool		have;
-	bool		isnull;
 
 	begin_lane_scan(&ls, lane, snapshot);
 	have = scan_next(&ls, &seq);
@@ -336,27 +356,13 @@ oe_walk_lane(OeLane *lane, int64 limit, Snapshot snapshot)
 
 		if (have && seq == lane->range_end)
 		{
-			TimestampTz ts;
-
 			if (lane->released >= limit)
 			{
 				lane->more = true;
 				break;
 			}
-			/* What this step reads of the row, deformed at once. */
-			slot_getsomeattrs(ls.slot, Anum_oe_event_alignment_ts);
-			ts = DatumGetTimestampTz(slot_getattr(ls.slot, Anum_oe_event_event_ts, &isnull));
-			if (!lane->max_event_ts_valid || ts > lane->max_event_ts)
-			{
-				lane->max_event_ts = ts;
-				lane->max_event_ts_valid = true;
-			}
-			lane->last_event =
-				DatumGetBool(slot_getattr(ls.slot, Anum_oe_event_last_event, &isnull));
-			oe_step_count_event(lane, ls.slot);
-			lane->last_released = lane->range_end;
+			release_event(lane, ls.slot, seq);
 			lane->range_end++;
-			lane->released++;
 			have = scan_next(&ls, &seq);
 			continue;
 		}
@@ -387,6 +393,38 @@ oe_walk_lane(OeLane *lane, int64 limit, Snapshot snapshot)
 		}
 	}
 	end_scan(&ls);
+}
+
+/*
+ * Release every event of the lane from its range_end up to "through"
+ * (exclusive) in the snapshot, and move range_end there: the lane of a
+ * sharded stream, whose other seqs are on other servers (shard.c).  An
+ * event in a skipped run is a late one: it is passed, as oe_walk_lane()
+ * passes it.
+ */
+void
+oe_walk_lane_through(OeLane *lane, int64 through, Snapshot snapshot)
+{
+	LaneScan	ls;
+	ListCell   *lc = list_head(lane->runs);
+	int64		seq;
+
+	begin_lane_scan(&ls, lane, snapshot);
+	while (lane->range_end < through && scan_next(&ls, &seq) && seq < through)
+	{
+		OeSkipRun  *run = NULL;
+
+		CHECK_FOR_INTERRUPTS();
+		while (lc != NULL && ((OeSkipRun *) lfirst(lc))->end < seq)
+			lc = lnext(lane->runs, lc);
+		if (lc != NULL)
+			run = lfirst(lc);
+		if (run == NULL || run->start > seq)
+			release_event(lane, ls.slot, seq);
+	}
+	end_scan(&ls);
+	if (lane->range_end < through)
+		lane->range_end = through;
 }
 
 /* Emit the parts of from..to that no skipped run of the lane covers. */

@@ -114,6 +114,7 @@ typedef struct OeStream
 	OeGapPolicy gap_policy;
 	int64		skipped_through;	/* highest skipped seq, PG_INT64_MIN if none */
 	bool		retains_events; /* a retention may have deleted released events */
+	bool		sharded;		/* a global stream whose range a router sets */
 	Oid			fence_seq;		/* sequence append() takes seqs from */
 } OeStream;
 
@@ -412,6 +413,7 @@ extern char *oe_int128_out(int128 value);
 /* lane.c */
 extern void oe_load_lane(OeLane *lane, const OeStream *stream, text *lane_key, OeStep *step);
 extern void oe_walk_lane(OeLane *lane, int64 limit, Snapshot snapshot);
+extern void oe_walk_lane_through(OeLane *lane, int64 through, Snapshot snapshot);
 extern void oe_add_runs(OeLane *lane);
 extern void oe_save_lane(OeLane *lane);
 extern void oe_lane_holes(OeLane *lane, Snapshot snapshot, int64 through, bool past_last,

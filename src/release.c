@@ -103,7 +103,8 @@ oe_release_global(OeStream *stream)
 	OeStep		step;
 	OeLane		lane;
 
-	if (!oe_lock_stream(stream))
+	/* A sharded stream's range comes from its router (shard.c). */
+	if (!oe_lock_stream(stream) || stream->sharded)
 		return 0;
 	oe_settle_runs(stream);
 	oe_step_begin(&step, stream);

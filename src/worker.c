@@ -20,9 +20,10 @@
  * with events to apply, each in its own transaction, so events released by
  * the cycle are applied in the same cycle.  Last, it compacts every stream
  * with released events to count or events to delete (compact_stream() in
- * the install script), a batch per transaction.  An error in one stream or
- * partition is caught, logged once, shown in worker_status while it lasts,
- * and the cycle goes on.
+ * the install script), a batch per transaction, and in a router database
+ * (ordered_events_router) runs a combine step of its sharded streams.  An
+ * error in one stream or partition is caught, logged once, shown in
+ * worker_status while it lasts, and the cycle goes on.
  * A database without the extension is checked quietly every naptime.
  *
  * DROP DATABASE waits only a few seconds for other sessions to leave, and
@@ -511,6 +512,42 @@ compact_one(const char *name, MemoryContext cycle_context)
 	return more;
 }
 
+/*
+ * In a router database (extension ordered_events_router): one combine step
+ * of every sharded global stream, in its own transaction.  Returns true if
+ * a range moved: the shards may have more.
+ */
+static bool
+combine_router_streams(MemoryContext cycle_context)
+{
+	const char *what = "combine the router's streams";
+	bool		moved = false;
+
+	PG_TRY();
+	{
+		if (begin_work() && OidIsValid(get_extension_oid("ordered_events_router", true)))
+		{
+			OeInternalScope scope;
+			bool		isnull;
+
+			oe_internal_begin(&scope, oe_relations()->owner);
+			if (SPI_execute("SELECT ordered_events_router.combine_all()", false, 0) != SPI_OK_SELECT)
+				elog(ERROR, "combining the router's streams failed");
+			moved = DatumGetInt64(oe_result(0, 1, &isnull)) > 0;
+			oe_internal_end(&scope);
+		}
+		end_work();
+		note_failing(what, false);
+	}
+	PG_CATCH();
+	{
+		work_failed(what, "router", cycle_context);
+		moved = false;
+	}
+	PG_END_TRY();
+	return moved;
+}
+
 /* Whether a commit set the latch since it was last reset; does not wait. */
 static bool
 latch_is_set(void)
@@ -644,7 +681,8 @@ list_streams(const char *query, const char *what, MemoryContext cycle_context,
  * left or a commit sets the latch (new work may wait elsewhere: the next
  * cycle looks first).  Then the same for the handler consumers' partitions
  * with events to apply: what was just released is processed in the same
- * cycle; and for the streams to compact.  Returns true if some stream or
+ * cycle; and for the streams to compact.  In a router database, last, a
+ * combine step of its sharded streams.  Returns true if some stream or
  * partition may have more work right away.
  */
 static bool
@@ -740,7 +778,12 @@ run_cycle(MemoryContext cycle_context)
 		}
 	}
 
+	/* A router polls its shards every cycle; a moved range may go on. */
+	oe_slot_set_state("combining");
 	oe_slot_set_current(NULL, NULL);
+	if (combine_router_streams(cycle_context))
+		more = true;
+
 	oe_slot_count_cycle(released_total, processed_total, started);
 	oe_slot_set_state("idle");
 	return more;

@@ -58,6 +58,8 @@ SELECT functions_are('ordered_events', ARRAY[
     -- streams, writing, releasing, reading
     'create_stream', 'alter_stream', 'drop_stream', 'ingest', 'append', 'release',
     'skip_gap', 'gaps', 'blockers', 'compact',
+    -- a shard's part of a sharded stream (README.md, "Sharding")
+    'shard_stream', 'shard_runs', 'release_through', 'shard_skip', 'ingest_array',
     -- consumers
     'create_consumer', 'drop_consumer', 'subscribe', 'unsubscribe', 'read', 'peek',
     'key_partition',
