@@ -322,6 +322,10 @@ BEGIN
         RETURN 0;
     END IF;
 
+    -- the skipped runs count as arrived
+    runs := runs + coalesce((SELECT pg_catalog.range_agg(int8range(k.gap_start, k.gap_end + 1))
+                               FROM ordered_events_router.skip k
+                              WHERE k.stream = s.stream AND k.gap_end >= s.range_end), '{}');
     new_end := ordered_events_router.contiguous_end(runs, s.range_end);
 
     -- the gap at the end of the range: seen since when, skipped once timed out
@@ -337,7 +341,8 @@ BEGIN
         INSERT INTO ordered_events_router.skip (stream, gap_start, gap_end, reason)
         VALUES (s.stream, new_end, next_start - 1,
                 pg_catalog.format('gap_timeout %s expired', s.gap_timeout));
-        new_end := ordered_events_router.contiguous_end(runs, next_start);
+        runs := runs + int8multirange(int8range(new_end, next_start));
+        new_end := ordered_events_router.contiguous_end(runs, s.range_end);
         s.gap_start := NULL;
         s.gap_first_seen := NULL;
     END IF;
@@ -376,6 +381,60 @@ END;
 $$;
 COMMENT ON FUNCTION ordered_events_router.combine(text) IS
     'One combine step of a global stream: unite the shards'' runs, advance the range, release every shard through it';
+
+/*
+ * skip_gap() on the global range: every seq from range_end through
+ * through_seq that no shard holds is declared lost (recorded here, sent to
+ * every shard by the next combine step, which it runs).  Every shard must
+ * answer, or nothing is skipped.  Returns the number of seqs skipped.
+ */
+CREATE FUNCTION ordered_events_router.skip_gap(stream text, through_seq bigint, reason text)
+RETURNS numeric
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    s ordered_events_router.stream;
+    held int8multirange := '{}';
+    holes int8multirange;
+    skipped numeric;
+BEGIN
+    IF through_seq IS NULL OR reason IS NULL THEN
+        RAISE EXCEPTION 'through_seq and reason must not be null'
+            USING ERRCODE = 'null_value_not_allowed',
+                  HINT = 'Name the last seq to declare lost and why.';
+    END IF;
+    SELECT * INTO s FROM ordered_events_router.stream r
+     WHERE r.stream = skip_gap.stream AND r.sequencing = 'global' FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no global stream "%" on this router', stream
+            USING ERRCODE = 'undefined_object',
+                  HINT = 'See ordered_events_router.stream for the streams.';
+    END IF;
+    IF through_seq < s.range_end THEN
+        RETURN 0;
+    END IF;
+    -- what the shards hold in the window (an error if one does not answer)
+    FOR i IN 0 .. ordered_events_router.shard_count() - 1 LOOP
+        SELECT held + coalesce(pg_catalog.range_agg(int8range(r.run_start, r.run_end + 1)), '{}')
+          INTO held
+          FROM ordered_events_router.on_shard_runs(
+                   i, s.stream, s.range_end,
+                   least(through_seq::numeric - s.range_end + 1, 2147483647)::integer) r;
+    END LOOP;
+    held := held + coalesce((SELECT pg_catalog.range_agg(int8range(k.gap_start, k.gap_end + 1))
+                               FROM ordered_events_router.skip k
+                              WHERE k.stream = s.stream AND k.gap_end >= s.range_end), '{}');
+    holes := int8multirange(int8range(s.range_end, through_seq, '[]')) - held;
+    INSERT INTO ordered_events_router.skip (stream, gap_start, gap_end, reason)
+    SELECT s.stream, lower(h), upper(h) - 1, skip_gap.reason FROM unnest(holes) h;
+    skipped := (SELECT coalesce(sum(upper(h)::numeric - lower(h)), 0) FROM unnest(holes) h);
+    PERFORM ordered_events_router.combine(s.stream);
+    RETURN skipped;
+END;
+$$;
+COMMENT ON FUNCTION ordered_events_router.skip_gap(text, bigint, text) IS
+    'Declare every seq of a global stream up to through_seq that no shard holds lost; returns the number of seqs skipped';
 
 -- A combine step for every global stream; the worker calls it every cycle.
 CREATE FUNCTION ordered_events_router.combine_all()
@@ -458,5 +517,6 @@ REVOKE EXECUTE ON FUNCTION
     ordered_events_router.note_shard(integer, text),
     ordered_events_router.combine(text),
     ordered_events_router.combine_all(),
+    ordered_events_router.skip_gap(text, bigint, text),
     ordered_events_router.released(text, bigint, integer)
 FROM PUBLIC;
