@@ -1,0 +1,51 @@
+-- A shard's part of a sharded global stream (README.md, "Sharding"): its
+-- range comes from a router, here played by hand.
+\set VERBOSITY terse
+SELECT ordered_events.create_stream('sh');
+SELECT ordered_events.shard_stream('sh');
+
+-- this shard holds the seqs of its keys; the others are on other shards
+SELECT ordered_events.ingest_array('sh', ARRAY[1, 2, 4, 7, 8, 9]::bigint[],
+                                   ARRAY['a', 'b', 'a', 'b', 'a', 'a'],
+                                   ARRAY['{"n": 1}', NULL, NULL, NULL, NULL, NULL]::jsonb[]);
+SELECT run_start, run_end FROM ordered_events.shard_runs('sh', 1, 100);
+SELECT run_start, run_end FROM ordered_events.shard_runs('sh', 3, 2);
+
+-- its own release steps never move its range
+SELECT ordered_events.release('sh');
+SELECT range_end FROM ordered_events.ranges WHERE stream = 'sh';
+
+-- the router's range: seqs 3, 5 and 6 are on other shards
+SELECT ordered_events.release_through('sh', 7);
+SELECT seq, key FROM ordered_events.released WHERE stream = 'sh' ORDER BY seq;
+SELECT range_end, released_count, pending_count
+  FROM ordered_events.stream_stats WHERE stream = 'sh';
+-- again, or lower: nothing more
+SELECT ordered_events.release_through('sh', 7), ordered_events.release_through('sh', 5);
+
+-- a skip of the router, then a late event of it
+SELECT ordered_events.shard_skip('sh', 10, 11, 'lost on the router');
+SELECT ordered_events.shard_skip('sh', 10, 11, 'lost on the router');   -- once
+SELECT ordered_events.ingest('sh', 10, 'a');
+SELECT ordered_events.release_through('sh', 12);
+SELECT stream, key, gap_start, gap_end, reason FROM ordered_events.skipped_gaps WHERE stream = 'sh';
+SELECT seq, key FROM ordered_events.released WHERE stream = 'sh' ORDER BY seq;
+SELECT stream, seq, key, reason FROM ordered_events.unprocessed WHERE stream = 'sh';
+
+-- errors
+\set VERBOSITY sqlstate
+SELECT ordered_events.shard_stream('sh_nope');
+SELECT ordered_events.create_stream('sh_keys', 'per_key');
+SELECT ordered_events.shard_stream('sh_keys');
+SELECT ordered_events.create_stream('sh_done');
+SELECT ordered_events.ingest('sh_done', 1, 'k');
+SELECT ordered_events.release('sh_done');
+SELECT ordered_events.shard_stream('sh_done');
+SELECT ordered_events.release_through('sh_done', 5);
+SELECT ordered_events.shard_skip('sh_done', 5, 6, 'x');
+SELECT ordered_events.release_through('sh', NULL);
+\set VERBOSITY default
+SELECT ordered_events.shard_stream('sh_keys');
+SELECT ordered_events.release_through('sh_done', 5);
+
+SELECT ordered_events.drop_stream(s) FROM unnest(ARRAY['sh', 'sh_keys', 'sh_done']) s;
