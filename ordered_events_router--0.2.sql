@@ -236,6 +236,31 @@ COMMENT ON FUNCTION ordered_events_router.create_stream(text, text, bigint, text
                                                         integer) IS
     'Create a stream on every shard; a global one has its range combined by this router';
 
+-- A global stream of the router (locked for a step), or the error.
+CREATE FUNCTION ordered_events_router.global_stream_or_error(stream text, for_update boolean)
+RETURNS ordered_events_router.stream
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    s ordered_events_router.stream;
+BEGIN
+    IF for_update THEN
+        SELECT * INTO s FROM ordered_events_router.stream r
+         WHERE r.stream = global_stream_or_error.stream AND r.sequencing = 'global' FOR UPDATE;
+    ELSE
+        SELECT * INTO s FROM ordered_events_router.stream r
+         WHERE r.stream = global_stream_or_error.stream AND r.sequencing = 'global';
+    END IF;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no global stream "%" on this router', stream
+            USING ERRCODE = 'undefined_object',
+                  HINT = 'See ordered_events_router.stream; a per-key stream needs no router: each shard releases and reads its keys.';
+    END IF;
+    RETURN s;
+END;
+$$;
+
 -- Note what a shard answered.
 CREATE FUNCTION ordered_events_router.note_shard(shard integer, error text)
 RETURNS void
@@ -294,13 +319,7 @@ DECLARE
     sk ordered_events_router.skip;
     st ordered_events_router.shard_stream;
 BEGIN
-    SELECT * INTO s FROM ordered_events_router.stream r
-     WHERE r.stream = combine.stream AND r.sequencing = 'global' FOR UPDATE;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'no global stream "%" on this router', stream
-            USING ERRCODE = 'undefined_object',
-                  HINT = 'See ordered_events_router.stream for the streams.';
-    END IF;
+    s := ordered_events_router.global_stream_or_error(stream, true);
 
     -- every shard's runs above the range: all of them, or none
     FOR i IN 0 .. shards - 1 LOOP
@@ -404,13 +423,7 @@ BEGIN
             USING ERRCODE = 'null_value_not_allowed',
                   HINT = 'Name the last seq to declare lost and why.';
     END IF;
-    SELECT * INTO s FROM ordered_events_router.stream r
-     WHERE r.stream = skip_gap.stream AND r.sequencing = 'global' FOR UPDATE;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'no global stream "%" on this router', stream
-            USING ERRCODE = 'undefined_object',
-                  HINT = 'See ordered_events_router.stream for the streams.';
-    END IF;
+    s := ordered_events_router.global_stream_or_error(stream, true);
     IF through_seq < s.range_end THEN
         RETURN 0;
     END IF;
@@ -464,13 +477,7 @@ AS $$
 DECLARE
     s ordered_events_router.stream;
 BEGIN
-    SELECT * INTO s FROM ordered_events_router.stream r
-     WHERE r.stream = released.stream AND r.sequencing = 'global';
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'no global stream "%" on this router', stream
-            USING ERRCODE = 'undefined_object',
-                  HINT = 'A per-key stream is read shard by shard: its keys are released on their own shard.';
-    END IF;
+    s := ordered_events_router.global_stream_or_error(stream, false);
     RETURN QUERY
     SELECT r.seq, r.key, r.payload, r.event_ts, r.alignment_ts, r.received_at, r.released_at
       FROM generate_series(0, ordered_events_router.shard_count() - 1) i
@@ -515,6 +522,7 @@ REVOKE EXECUTE ON FUNCTION
     ordered_events_router.ingest_many(text, bigint[], text[], jsonb[]),
     ordered_events_router.create_stream(text, text, bigint, text, interval, integer),
     ordered_events_router.note_shard(integer, text),
+    ordered_events_router.global_stream_or_error(text, boolean),
     ordered_events_router.combine(text),
     ordered_events_router.combine_all(),
     ordered_events_router.skip_gap(text, bigint, text),
