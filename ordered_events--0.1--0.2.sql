@@ -1985,7 +1985,9 @@ BEGIN
             VALUES (d.stream_id, deleted)
             ON CONFLICT ON CONSTRAINT deleted_totals_pkey
             DO UPDATE SET events = t.events + deleted;
-            more := runs[pg_catalog.array_upper(runs, 1)].delivery <> newest;
+            -- done when the newest run was emptied; else there may be more
+            run := runs[pg_catalog.array_upper(runs, 1)];
+            more := more OR NOT run.emptied OR run.delivery <> newest;
         END IF;
     END IF;
 
