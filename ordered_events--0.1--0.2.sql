@@ -569,6 +569,11 @@ BEGIN
         PERFORM ordered_events.invalid_option('keep_forever', keep_forever::text,
             'keep_forever => true sets both retentions to NULL (keep everything); do not pass a retention with it.');
     END IF;
+    IF d.sharded AND new_policy <> 'wait' THEN
+        RAISE EXCEPTION 'stream "%" is sharded', stream
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Its router applies the gap policy to the global range: change it there.';
+    END IF;
     IF (new_policy = 'fence') <> (d.gap_policy = 'fence') THEN
         RAISE EXCEPTION 'gap_policy ''fence'' can only be chosen when the stream is created'
             USING ERRCODE = 'invalid_parameter_value',

@@ -482,9 +482,14 @@ BEGIN
     SELECT r.seq, r.key, r.payload, r.event_ts, r.alignment_ts, r.received_at, r.released_at
       FROM generate_series(0, ordered_events_router.shard_count() - 1) i
      CROSS JOIN LATERAL ordered_events_router.on_shard_released(
-               -- the first max_events seqs from from_seq hold them all
+               -- the first max_events seqs from from_seq hold them all; not
+               -- past what every shard has released (one may lag behind)
                i, s.stream, from_seq,
-               least(s.range_end, from_seq::numeric + max_events)::bigint, max_events) r
+               least(s.range_end, from_seq::numeric + max_events,
+                     (SELECT pg_catalog.min(x.released_through)
+                        FROM ordered_events_router.shard_stream x
+                       WHERE x.stream = s.stream))::bigint,
+               max_events) r
      ORDER BY r.seq, r.key
      LIMIT max_events;
 END;

@@ -44,7 +44,10 @@ SELECT ordered_events.shard_stream('sh_done');
 SELECT ordered_events.release_through('sh_done', 5);
 SELECT ordered_events.shard_skip('sh_done', 5, 6, 'x');
 SELECT ordered_events.release_through('sh', NULL);
+SELECT ordered_events.skip_gap('sh', 20, 'not here');
+SELECT ordered_events.alter_stream('sh', gap_policy => 'timeout', gap_timeout => '1 s');
 \set VERBOSITY default
+SELECT ordered_events.skip_gap('sh', 20, 'not here');
 SELECT ordered_events.shard_stream('sh_keys');
 SELECT ordered_events.release_through('sh_done', 5);
 

@@ -104,6 +104,11 @@ oe_skip_gap(PG_FUNCTION_ARGS)
 	check_null_arguments(fcinfo);
 	PreventCommandIfReadOnly("skip_gap()");
 	stream = oe_stream_or_error(PG_GETARG_TEXT_PP(0));
+	if (stream.sharded)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("stream \"%s\" is sharded", stream.name),
+				 errhint("Its other seqs are on other shards: skip on the router, with ordered_events_router.skip_gap().")));
 	lane_key = lane_argument(&stream, PG_ARGISNULL(3) ? NULL : PG_GETARG_TEXT_PP(3));
 	through = PG_GETARG_INT64(1);
 	if (through == PG_INT64_MAX)
