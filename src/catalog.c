@@ -88,7 +88,8 @@ is_our_relation(const OeRelations *rels, Oid relid)
 		relid == rels->event_last_event_idx || relid == rels->key_arrivals ||
 		relid == rels->unprocessed || relid == rels->stream_def ||
 		relid == rels->gap_skips || relid == rels->lane_release_log ||
-		relid == rels->lane_release_log_delivery_key || relid == rels->arrival_seq;
+		relid == rels->lane_release_log_delivery_key || relid == rels->arrival_seq ||
+		relid == rels->progress || relid == rels->progress_pkey;
 }
 
 /*
@@ -171,6 +172,10 @@ read_relations(OeRelations *rels, Oid *outcomes)
 		"stream_id", "lane", "last_event", "seq", "event_ts", "alignment_ts",
 		"received_at", "arrival", "key", "payload"
 	};
+	static const char *const progress_columns[Nchecked_oe_progress] = {
+		"stream_id", "lane", "range_end", "released_count", "last_released_seq",
+		"counted_end", "max_event_ts", "last_event_seq"
+	};
 	static const char *const log_columns[Natts_oe_log] = {
 		"stream_id", "lane", "seq_start", "seq_end", "released_at", "delivery"
 	};
@@ -202,6 +207,8 @@ read_relations(OeRelations *rels, Oid *outcomes)
 	rels->gap_skips = relation_oid(schema, "gap_skips");
 	rels->lane_release_log = relation_oid(schema, "lane_release_log");
 	rels->lane_release_log_delivery_key = relation_oid(schema, "lane_release_log_delivery_key");
+	rels->progress = relation_oid(schema, "progress");
+	rels->progress_pkey = relation_oid(schema, "progress_pkey");
 	rels->arrival_seq = relation_oid(schema, "arrival_seq");
 	rels->handler_state = relation_oid(schema, "handler_state");
 	rels->handler_result = relation_oid(schema, "handler_result");
@@ -217,6 +224,7 @@ read_relations(OeRelations *rels, Oid *outcomes)
 	check_columns(rels->event, event_columns, Natts_oe_event);
 	check_columns(rels->unprocessed, unprocessed_columns, Natts_oe_unprocessed);
 	check_columns(rels->lane_release_log, log_columns, Natts_oe_log);
+	check_columns(rels->progress, progress_columns, Nchecked_oe_progress);
 	check_columns(rels->handler_state, state_columns, Natts_oe_state);
 	check_columns(rels->handler_result, result_columns, Natts_oe_result);
 

@@ -58,12 +58,6 @@ static OePlan skipped_plan = {
 	3, {INT4OID, TEXTOID, INT8OID}
 };
 
-static OePlan lane_end_plan = {
-	"SELECT range_end, last_event_seq FROM ordered_events.progress "
-	"WHERE stream_id = $1 AND lane = $2",
-	2, {INT4OID, TEXTOID}
-};
-
 static char *skip_reason(const OeStream *stream, const OeEvent *event);
 
 /* An event being inserted, and why it is not accepted after all. */
@@ -88,28 +82,37 @@ not_retired(void *arg)
 {
 	Insertion  *ins = arg;
 	const OeEvent *event = ins->event;
-	MemoryContext caller = CurrentMemoryContext;
-	Datum		values[2];
+	const OeRelations *rels = oe_relations();
+	Relation	heap = table_open(rels->progress, AccessShareLock);
+	Relation	index = index_open(rels->progress_pkey, AccessShareLock);
+	TupleTableSlot *slot = table_slot_create(heap, NULL);
+	Snapshot	snapshot = RegisterSnapshot(GetLatestSnapshot());
+	IndexScanDesc scan = index_beginscan(heap, index, snapshot, 2, 0);
+	ScanKeyData keys[2];
 	int64		range_end = PG_INT64_MIN;
 	int64		last_event_seq = PG_INT64_MAX;
-	OeInternalScope scope;
 
-	values[0] = Int32GetDatum(ins->stream->stream_id);
-	values[1] = PointerGetDatum(oe_lane_of(ins->stream, event->key));
-	oe_internal_begin(&scope, oe_relations()->owner);
-	oe_run_plan_latest(&lane_end_plan, values, NULL);
-	if (SPI_processed == 1)
+	ScanKeyInit(&keys[0], Anum_oe_progress_stream_id, BTEqualStrategyNumber, F_INT4EQ,
+				Int32GetDatum(ins->stream->stream_id));
+	ScanKeyInit(&keys[1], Anum_oe_progress_lane, BTEqualStrategyNumber, F_TEXTEQ,
+				PointerGetDatum(oe_lane_of(ins->stream, event->key)));
+	keys[1].sk_collation = C_COLLATION_OID;
+	index_rescan(scan, keys, 2, NULL, 0);
+	if (index_getnext_slot(scan, ForwardScanDirection, slot))
 	{
 		bool		isnull;
 		Datum		value;
 
-		range_end = DatumGetInt64(oe_result(0, 1, &isnull));
-		value = oe_result(0, 2, &isnull);
+		range_end = DatumGetInt64(slot_getattr(slot, Anum_oe_progress_range_end, &isnull));
+		value = slot_getattr(slot, Anum_oe_progress_last_event_seq, &isnull);
 		if (!isnull)
 			last_event_seq = DatumGetInt64(value);
 	}
-	oe_internal_end(&scope);
-	MemoryContextSwitchTo(caller);
+	index_endscan(scan);
+	UnregisterSnapshot(snapshot);
+	ExecDropSingleTupleTableSlot(slot);
+	index_close(index, AccessShareLock);
+	table_close(heap, AccessShareLock);
 
 	if (event->seq < range_end)
 	{

@@ -50,6 +50,13 @@
 #define Anum_oe_log_delivery		6
 #define Natts_oe_log				6
 
+/* ordered_events.progress: the columns read directly, the first eight checked */
+#define Anum_oe_progress_stream_id		1
+#define Anum_oe_progress_lane			2
+#define Anum_oe_progress_range_end		3
+#define Anum_oe_progress_last_event_seq	8
+#define Nchecked_oe_progress			8
+
 /* Column numbers of ordered_events.unprocessed. */
 #define Anum_oe_unprocessed_stream		1
 #define Anum_oe_unprocessed_seq			2
@@ -132,6 +139,8 @@ typedef struct OeRelations
 	Oid			gap_skips;
 	Oid			lane_release_log;
 	Oid			lane_release_log_delivery_key;
+	Oid			progress;
+	Oid			progress_pkey;
 	Oid			arrival_seq;
 	Oid			outcome_type;
 	Oid			handler_state;

@@ -848,6 +848,8 @@ oe_database_worker_main(Datum arg)
 		MemoryContextSwitchTo(old);
 		MemoryContextReset(cycle_context);
 		pgstat_report_activity(STATE_IDLE, NULL);
+		/* Table statistics, so that autovacuum sees what the cycle deleted. */
+		pgstat_report_stat(!more);
 
 		if (!more)
 		{
