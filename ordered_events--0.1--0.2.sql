@@ -1767,16 +1767,21 @@ SELECT x.stream, x.key,
           JOIN ordered_events.key_counters k ON k.stream_id = d.stream_id
         UNION ALL
         -- a global stream's released events not counted yet (a late event
-        -- in a skipped run is pending)
+        -- in a skipped run is pending).  LATERAL ... OFFSET 0: an index
+        -- range of each stream's lane, never a scan of every event
         SELECT d.stream, e.key, 1, e.seq, 0, NULL, 0, 0, false
           FROM ordered_events.stream_def d
           JOIN ordered_events.progress p ON p.stream_id = d.stream_id AND p.lane = ''
-          JOIN ordered_events.event_store e
-            ON e.stream_id = d.stream_id AND e.lane = ''
-           AND e.seq BETWEEN coalesce(p.counted_end, d.initial_sequence) AND p.range_end - 1
-         WHERE NOT EXISTS (SELECT FROM ordered_events.gap_skips g
-                            WHERE g.stream_id = e.stream_id AND g.lane = e.lane
-                              AND NOT g.settled AND e.seq BETWEEN g.gap_start AND g.gap_end)
+         CROSS JOIN LATERAL (
+                SELECT e.key, e.seq FROM ordered_events.event_store e
+                 WHERE e.stream_id = d.stream_id AND e.lane = ''
+                   AND e.seq BETWEEN coalesce(p.counted_end, d.initial_sequence)
+                                 AND p.range_end - 1
+                   AND NOT EXISTS (SELECT FROM ordered_events.gap_skips g
+                                    WHERE g.stream_id = e.stream_id AND g.lane = e.lane
+                                      AND NOT g.settled
+                                      AND e.seq BETWEEN g.gap_start AND g.gap_end)
+                OFFSET 0) e
         UNION ALL
         -- a per-key stream's lanes
         SELECT d.stream, p.lane, p.released_count, p.last_released_seq, 0, NULL, 0, 0,
@@ -1788,10 +1793,13 @@ SELECT x.stream, x.key,
         SELECT w.stream, w.key, 0, NULL, 1, w.seq, 0, 0, false
           FROM ordered_events.pending w
         UNION ALL
-        -- last events of per-key streams not released yet
+        -- last events of per-key streams not released yet (by their index)
         SELECT d.stream, e.lane, 0, NULL, 0, NULL, 0, 0, true
           FROM ordered_events.stream_def d
-          JOIN ordered_events.event_store e ON e.stream_id = d.stream_id AND e.last_event
+         CROSS JOIN LATERAL (
+                SELECT e.lane FROM ordered_events.event_store e
+                 WHERE e.stream_id = d.stream_id AND e.last_event
+                OFFSET 0) e
         UNION ALL
         SELECT u.stream, u.key, 0, NULL, 0, NULL, 1, (u.reason = 'duplicate')::integer, false
           FROM ordered_events.unprocessed u
