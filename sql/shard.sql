@@ -30,7 +30,11 @@ SELECT ordered_events.ingest('sh', 10, 'a');
 SELECT ordered_events.release_through('sh', 12);
 SELECT stream, key, gap_start, gap_end, reason FROM ordered_events.skipped_gaps WHERE stream = 'sh';
 SELECT seq, key FROM ordered_events.released WHERE stream = 'sh' ORDER BY seq;
-SELECT stream, seq, key, reason FROM ordered_events.unprocessed WHERE stream = 'sh';
+-- a seq below the range that another shard held: a duplicate, never released
+SELECT ordered_events.ingest('sh', 5, 'c'), ordered_events.ingest('sh', 1, 'c');
+SELECT count(*) FROM ordered_events.released WHERE stream = 'sh' AND key = 'c';
+SELECT stream, seq, key, reason, detail FROM ordered_events.unprocessed
+ WHERE stream = 'sh' ORDER BY seq;
 
 -- errors
 \set VERBOSITY sqlstate

@@ -22,7 +22,8 @@
  * Retention: once a stream's released events may have been deleted
  * (stream_def.retains_events), a primary key no longer tells a retried old
  * seq from a new one, the lane's range does: an event below its lane's
- * range_end is not accepted again (not_retired()).
+ * range_end is not accepted again (not_retired()).  The same holds for a
+ * sharded stream, whose range passes the seqs other shards hold.
  *
  * Locking: every ingest takes RowExclusiveLock on the event table before it
  * looks up the stream.  drop_stream() takes SHARE ROW EXCLUSIVE on it, so an
@@ -142,7 +143,9 @@ static OeOutcome
 insert_event(const OeStream *stream, const OeEvent *event, char **detail)
 {
 	Insertion	ins = {stream, event, OE_DUPLICATE, NULL};
-	bool		check = stream->retains_events && stream->gap_policy != OE_GAP_FENCE;
+	/* a sharded stream's range passes seqs held on other shards */
+	bool		check = (stream->retains_events || stream->sharded) &&
+		stream->gap_policy != OE_GAP_FENCE;
 	Datum		values[Natts_oe_event];
 	bool		isnull[Natts_oe_event] = {0};
 
