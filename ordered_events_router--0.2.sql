@@ -16,9 +16,9 @@
  * global range_end, unites them (a union of int8ranges: associative and
  * order-independent, Beam's ContiguousSequenceRange combiner), takes the
  * contiguous part from range_end on, and tells every shard to release its
- * events below the new end.  A shard that does not answer holds the range:
- * nothing is skipped for it, shard_status shows it, and it catches up when
- * it answers again.  Per-key streams need no combining: each shard
+ * events below the new end.  A shard that does not answer holds the range
+ * at the first seq no other shard reported: nothing is skipped for it,
+ * shard_status shows it, and it catches up when it answers again.  Per-key streams need no combining: each shard
  * releases its keys alone.
  *
  * The background worker of ordered_events runs combine_all() every cycle
@@ -298,8 +298,10 @@ COMMENT ON FUNCTION ordered_events_router.contiguous_end(int8multirange, bigint)
 /*
  * One combine step for a global stream: read every shard's runs, advance
  * the range (applying the gap policy), and release every shard through
- * it.  Returns how far the range moved (in seqs); 0 when a shard did not
- * answer (the range holds).
+ * it.  A shard that does not answer may hold any seq not reported: the
+ * range stops at the first of them, no gap is skipped, and the shard is
+ * released through the range when it answers again.  Returns how far the
+ * range moved (in seqs).
  */
 CREATE FUNCTION ordered_events_router.combine(stream text)
 RETURNS bigint
@@ -321,7 +323,8 @@ DECLARE
 BEGIN
     s := ordered_events_router.global_stream_or_error(stream, true);
 
-    -- every shard's runs above the range: all of them, or none
+    -- every shard's runs above the range; a seq that a shard which does not
+    -- answer may hold is missing
     FOR i IN 0 .. shards - 1 LOOP
         BEGIN
             SELECT runs + coalesce(pg_catalog.range_agg(int8range(r.run_start, r.run_end + 1)),
@@ -337,10 +340,6 @@ BEGIN
             answered := false;
         END;
     END LOOP;
-    IF NOT answered THEN
-        RETURN 0;
-    END IF;
-
     -- the skipped runs count as arrived
     runs := runs + coalesce((SELECT pg_catalog.range_agg(int8range(k.gap_start, k.gap_end + 1))
                                FROM ordered_events_router.skip k
@@ -355,7 +354,7 @@ BEGIN
     ELSIF s.gap_start IS DISTINCT FROM new_end THEN
         s.gap_start := new_end;
         s.gap_first_seen := pg_catalog.clock_timestamp();
-    ELSIF s.gap_policy = 'timeout'
+    ELSIF s.gap_policy = 'timeout' AND answered    -- a silent shard may hold it
           AND s.gap_first_seen + s.gap_timeout <= pg_catalog.clock_timestamp() THEN
         INSERT INTO ordered_events_router.skip (stream, gap_start, gap_end, reason)
         VALUES (s.stream, new_end, next_start - 1,
