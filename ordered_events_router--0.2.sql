@@ -394,7 +394,7 @@ BEGIN
             PERFORM ordered_events_router.note_shard(st.shard, SQLERRM);
         END;
     END LOOP;
-    RETURN new_end::numeric - s.range_end;
+    RETURN least(new_end::numeric - s.range_end, 9223372036854775807);
 END;
 $$;
 COMMENT ON FUNCTION ordered_events_router.combine(text) IS
@@ -454,7 +454,7 @@ RETURNS bigint
 LANGUAGE sql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
-SELECT coalesce(sum(ordered_events_router.combine(s.stream)), 0)::bigint
+SELECT least(coalesce(sum(ordered_events_router.combine(s.stream)), 0), 9223372036854775807)::bigint
   FROM ordered_events_router.stream s
  WHERE s.sequencing = 'global'
 $$;
