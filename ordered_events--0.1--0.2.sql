@@ -368,7 +368,7 @@ SELECT pg_catalog.pg_extension_config_dump('ordered_events.deleted_totals', '');
 -- The stream's id, or the one error for an unknown stream (src/catalog.c).
 CREATE FUNCTION ordered_events.stream_id(stream text)
 RETURNS integer
-LANGUAGE c STABLE PARALLEL SAFE
+LANGUAGE c STABLE PARALLEL RESTRICTED    -- reads with the latest snapshot
 AS 'MODULE_PATHNAME', 'oe_stream_id';
 COMMENT ON FUNCTION ordered_events.stream_id(text) IS
     'Internal: the id of a stream, or the error for an unknown stream';

@@ -261,21 +261,30 @@ BEGIN
 END;
 $$;
 
--- Note what a shard answered.
+-- Note what a shard answered: an error at once, an answer at most once a
+-- second (the steps of an idle router write nothing).
 CREATE FUNCTION ordered_events_router.note_shard(shard integer, error text)
 RETURNS void
-LANGUAGE sql VOLATILE
+LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
-INSERT INTO ordered_events_router.shard AS s (shard, last_ok_at, last_error, last_error_at)
-VALUES (note_shard.shard,
-        CASE WHEN note_shard.error IS NULL THEN pg_catalog.clock_timestamp() END,
-        note_shard.error,
-        CASE WHEN note_shard.error IS NOT NULL THEN pg_catalog.clock_timestamp() END)
-ON CONFLICT (shard) DO UPDATE
-   SET last_ok_at = coalesce(excluded.last_ok_at, s.last_ok_at),
-       last_error = excluded.last_error,
-       last_error_at = coalesce(excluded.last_error_at, s.last_error_at)
+BEGIN
+    IF error IS NULL AND EXISTS (
+           SELECT FROM ordered_events_router.shard s
+            WHERE s.shard = note_shard.shard AND s.last_error IS NULL
+              AND s.last_ok_at >= pg_catalog.clock_timestamp() - interval '1 second') THEN
+        RETURN;
+    END IF;
+    INSERT INTO ordered_events_router.shard AS s (shard, last_ok_at, last_error, last_error_at)
+    VALUES (note_shard.shard,
+            CASE WHEN note_shard.error IS NULL THEN pg_catalog.clock_timestamp() END,
+            note_shard.error,
+            CASE WHEN note_shard.error IS NOT NULL THEN pg_catalog.clock_timestamp() END)
+    ON CONFLICT ON CONSTRAINT shard_pkey DO UPDATE
+       SET last_ok_at = coalesce(excluded.last_ok_at, s.last_ok_at),
+           last_error = excluded.last_error,
+           last_error_at = coalesce(excluded.last_error_at, s.last_error_at);
+END;
 $$;
 
 /*
@@ -372,7 +381,9 @@ BEGIN
            gap_first_seen = s.gap_first_seen,
            updated_at = CASE WHEN new_end > s.range_end THEN pg_catalog.clock_timestamp()
                              ELSE r.updated_at END
-     WHERE r.stream = s.stream;
+     WHERE r.stream = s.stream
+       AND (r.range_end, r.max_event_ts, r.gap_start, r.gap_first_seen)
+           IS DISTINCT FROM (new_end, max_ts, s.gap_start, s.gap_first_seen);
 
     -- every shard behind the range: the skips it lacks, then release
     FOR st IN SELECT * FROM ordered_events_router.shard_stream x
