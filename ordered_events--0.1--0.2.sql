@@ -238,53 +238,17 @@ SELECT d.stream, CASE WHEN d.sequencing_enum = 'per_key' THEN g.lane END AS key,
  ORDER BY d.stream, 2, g.gap_start;
 
 /*
- * stream_stats: the skip ledger can hold more than 2^63 seqs (a run from
- * -9223372036854775808, or many keys); skipped_count stops at the largest
- * bigint instead of failing for every stream.  Here it leaves the 0.1
- * tables, so that they can be dropped; the end of this script gives it its
- * final, cheaper form, once pending reads lanes.
+ * stream_stats leaves the 0.1 tables, so that they can be dropped: a
+ * placeholder of the same columns, replaced by its real form at the end of
+ * this script (CREATE OR REPLACE keeps its grants; nobody sees it between).
  */
 CREATE OR REPLACE VIEW ordered_events.stream_stats AS
-SELECT d.stream,
-       CASE WHEN d.sequencing_enum = 'global' THEN p.range_end END AS range_end,
-       mx.max_seen_seq,
-       pe.pending_count,
-       rel.released_count,
-       un.unprocessed_count,
-       pe.oldest_pending_at,
-       fg.first_gap_start,
-       fg.first_gap_since,
-       sk.skipped_count
-  FROM ordered_events.stream_def d
-  LEFT JOIN ordered_events.progress p ON p.stream_id = d.stream_id AND p.lane = ''
- CROSS JOIN LATERAL (
-        -- a global stream's highest seq is the end of its one lane
-        SELECT CASE WHEN d.sequencing_enum = 'global'
-                    THEN (SELECT max(e.seq) FROM ordered_events.event_store e
-                           WHERE e.stream_id = d.stream_id AND e.lane = '')
-                    ELSE (SELECT max(e.seq) FROM ordered_events.event_store e
-                           WHERE e.stream_id = d.stream_id)
-               END AS max_seen_seq) mx
- CROSS JOIN LATERAL (
-        SELECT count(*) AS pending_count, min(a.received_at) AS oldest_pending_at
-          FROM ordered_events.accepted_events a
-         WHERE a.stream_id = d.stream_id AND NOT a.is_released) pe
- CROSS JOIN LATERAL (
-        SELECT coalesce(sum(l.released_count), 0)::bigint AS released_count
-          FROM ordered_events.progress l WHERE l.stream_id = d.stream_id) rel
- LEFT JOIN LATERAL (
-        SELECT g.gap_start AS first_gap_start, g.first_seen AS first_gap_since
-          FROM ordered_events.gaps(d.stream) g
-         ORDER BY g.first_seen NULLS LAST, g.gap_start
-         LIMIT 1) fg ON true
- CROSS JOIN LATERAL (
-        SELECT count(*) AS unprocessed_count
-          FROM ordered_events.unprocessed u
-         WHERE u.stream = d.stream AND u.consumer IS NULL) un
- CROSS JOIN LATERAL (
-        SELECT least(coalesce(sum(g.gap_end::numeric - g.gap_start + 1), 0),
-                     9223372036854775807)::bigint AS skipped_count
-          FROM ordered_events.gap_skips g WHERE g.stream_id = d.stream_id) sk;
+SELECT d.stream, NULL::bigint AS range_end, NULL::bigint AS max_seen_seq,
+       NULL::bigint AS pending_count, NULL::bigint AS released_count,
+       NULL::bigint AS unprocessed_count, NULL::timestamptz AS oldest_pending_at,
+       NULL::bigint AS first_gap_start, NULL::timestamptz AS first_gap_since,
+       NULL::bigint AS skipped_count
+  FROM ordered_events.stream_def d;
 
 -- Now nothing reads the 0.1 tables and columns: drop them (out of the
 -- extension first, which also takes them off its list of dumped tables),
@@ -1699,7 +1663,9 @@ SELECT w.stream, w.seq, w.key, w.payload, w.event_ts, w.alignment_ts, w.received
  * stream_stats from counters, the pending events and the dead letters: its
  * cost is the stream's pending events, gaps, dead letters and skips, and
  * one pass over its lanes' progress rows (the highest released seq),
- * whatever it released (bench/monitoring.sh, 11a).
+ * whatever it released (bench/monitoring.sh, 11a).  The skip ledger can
+ * hold more than 2^63 seqs (a run from -9223372036854775808, or many
+ * keys): skipped_count stops at the largest bigint instead of failing.
  */
 CREATE OR REPLACE VIEW ordered_events.stream_stats AS
 SELECT d.stream,
