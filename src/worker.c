@@ -406,6 +406,9 @@ work_failed(const char *what, const char *unit, MemoryContext cycle_context)
 	FreeErrorData(edata);
 }
 
+/* Whether this database has ordered_events_router, as a listing last saw. */
+static bool router_installed = false;
+
 /* The memory context that was current when a unit of work began. */
 static MemoryContext work_caller_context = NULL;
 
@@ -523,6 +526,8 @@ combine_router_streams(MemoryContext cycle_context)
 	const char *what = "combine the router's streams";
 	bool		moved = false;
 
+	if (!router_installed)
+		return false;			/* as the cycle's listing saw it: no transaction */
 	PG_TRY();
 	{
 		if (begin_work() && OidIsValid(get_extension_oid("ordered_events_router", true)))
@@ -662,6 +667,7 @@ list_streams(const char *query, const char *what, MemoryContext cycle_context,
 		{
 			check_extension_version();
 			*streams = oe_stream_names(query, cycle_context);
+			router_installed = OidIsValid(get_extension_oid("ordered_events_router", true));
 		}
 		end_work();
 		note_failing(what, false);
