@@ -66,7 +66,8 @@ static OePlan plans[] = {
 		"SELECT c.consumer_id, c.partitions, c.handler, c.owner, "
 		"  (SELECT d.stream FROM ordered_events.stream_def d "
 		"    WHERE d.stream_id = c.output_stream_id), "
-		"  c.alignment = 'processing', c.handler_owner, pg_catalog.to_regprocedure(c.handler) "
+		"  c.alignment = 'processing', c.handler_owner, pg_catalog.to_regprocedure(c.handler), "
+		"  (extract(epoch FROM c.handler_timeout) * 1000)::integer "
 		"FROM ordered_events.consumer_or_error($1) c",
 		1, {TEXTOID}, CURSOR_OPT_GENERIC_PLAN
 	},
@@ -591,17 +592,22 @@ oe_consumer_lookup(Datum name, int32 partition, OeConsumer *consumer)
 	consumer->consumer_id = DatumGetInt32(oe_result(0, 1, &isnull));
 	consumer->partitions = DatumGetInt32(oe_result(0, 2, &isnull));
 	consumer->partition = partition;
+	value = oe_result(0, 4, &isnull);
+	consumer->owner = isnull ? InvalidOid : DatumGetObjectId(value);
+	consumer->handler_timeout_ms = -1;
 	value = oe_result(0, 3, &isnull);
 	if (!isnull)
 	{
 		consumer->handler = TextDatumGetCString(value);
-		consumer->owner = DatumGetObjectId(oe_result(0, 4, &isnull));
 		value = oe_result(0, 5, &isnull);
 		consumer->output_stream = isnull ? NULL : DatumGetTextPCopy(value);
 		consumer->align_processing = DatumGetBool(oe_result(0, 6, &isnull));
 		consumer->handler_owner = DatumGetObjectId(oe_result(0, 7, &isnull));
 		value = oe_result(0, 8, &isnull);
 		consumer->handler_fn = isnull ? InvalidOid : DatumGetObjectId(value);
+		value = oe_result(0, 9, &isnull);
+		if (!isnull)
+			consumer->handler_timeout_ms = DatumGetInt32(value);
 	}
 	if (partition < 0 || partition >= consumer->partitions)
 		ereport(ERROR,

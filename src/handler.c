@@ -60,8 +60,8 @@ enum
 
 static OePlan plans[] = {
 	[PLAN_DEFINE] = {
-		"SELECT ordered_events.define_consumer($1, $2, $3, $4, $5, $6)",
-		6, {TEXTOID, INT4OID, REGPROCEDUREOID, TEXTOID, TEXTOID, REGROLEOID}
+		"SELECT ordered_events.define_consumer($1, $2, $3, $4, $5, $6, $7)",
+		7, {TEXTOID, INT4OID, REGPROCEDUREOID, TEXTOID, TEXTOID, INTERVALOID, REGROLEOID}
 	},
 	/* The row of each key that has one, to update in place. */
 	[PLAN_LOAD_STATES] = {
@@ -801,7 +801,7 @@ oe_process(PG_FUNCTION_ARGS)
 
 /*
  * create_consumer(consumer text, partitions integer, handler regprocedure,
- * output_stream text, alignment text) returns void
+ * output_stream text, alignment text, handler_timeout interval) returns void
  *
  * The calling role becomes the handler's owner; define_consumer() does
  * the rest as the owner of the extension's tables.
@@ -812,19 +812,19 @@ oe_create_consumer(PG_FUNCTION_ARGS)
 {
 	Oid			caller = GetUserId();
 	OeInternalScope scope;
-	Datum		values[6];
-	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
+	Datum		values[7];
+	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
 
 	oe_check_not_null(fcinfo, 0, "consumer");
 	oe_check_not_null(fcinfo, 1, "partitions");
 	oe_check_not_null(fcinfo, 4, "alignment");
-	for (int i = 0; i < 5; i++)
+	for (int i = 0; i < 6; i++)
 	{
 		values[i] = PG_GETARG_DATUM(i);
 		if (PG_ARGISNULL(i))
 			nulls[i] = 'n';
 	}
-	values[5] = ObjectIdGetDatum(caller);
+	values[6] = ObjectIdGetDatum(caller);
 
 	oe_internal_begin(&scope, oe_relations()->owner);
 	oe_run_plan(&plans[PLAN_DEFINE], values, nulls, SPI_OK_SELECT);

@@ -236,10 +236,13 @@ typedef struct OeConsumer
 	int32		partition;		/* the one being read */
 	const char *handler;		/* signature, NULL without a handler */
 	Oid			handler_fn;		/* the function of that signature now, if any */
-	Oid			owner;			/* the handler runs as this role */
+	Oid			owner;			/* its owner, InvalidOid for none (0.2's
+								 * consumers without a handler); a handler
+								 * runs as this role */
 	Oid			handler_owner;	/* who owned the handler at creation */
 	text	   *output_stream;	/* derived events go there; NULL: results */
 	bool		align_processing;	/* alignment 'processing' */
+	int			handler_timeout_ms; /* its own handler_timeout, -1: none */
 } OeConsumer;
 
 /*
