@@ -386,7 +386,9 @@ note_failing(const char *name, bool failing)
  * A unit of work failed: abort its transaction, log the error when the
  * unit starts failing, and show it in worker_status.  "what" says what
  * failed, as in "could not <what>"; "unit" names it in worker_status.
- * Call in PG_CATCH.
+ * Call in PG_CATCH.  The names are copied before the error state is
+ * flushed: a string made in PG_CATCH lives in ErrorContext, which
+ * FlushErrorState() resets (and the LOG line below would reuse).
  */
 static void
 work_failed(const char *what, const char *unit, MemoryContext cycle_context)
@@ -394,6 +396,8 @@ work_failed(const char *what, const char *unit, MemoryContext cycle_context)
 	ErrorData  *edata;
 
 	MemoryContextSwitchTo(cycle_context);
+	what = pstrdup(what);
+	unit = pstrdup(unit);
 	edata = CopyErrorData();
 	FlushErrorState();
 	AbortCurrentTransaction();
@@ -450,6 +454,7 @@ static int64
 release_one(const char *name, MemoryContext cycle_context, bool *full)
 {
 	char	   *what = psprintf("release stream \"%s\"", name);
+	char	   *unit = psprintf("stream %s", name);
 	int64		released = -1;
 
 	*full = false;
@@ -465,7 +470,7 @@ release_one(const char *name, MemoryContext cycle_context, bool *full)
 	}
 	PG_CATCH();
 	{
-		work_failed(what, psprintf("stream %s", name), cycle_context);
+		work_failed(what, unit, cycle_context);
 		released = -1;
 	}
 	PG_END_TRY();
@@ -486,6 +491,7 @@ static bool
 compact_one(const char *name, MemoryContext cycle_context)
 {
 	char	   *what = psprintf("compact stream \"%s\"", name);
+	char	   *unit = psprintf("stream %s", name);
 	bool		more = false;
 
 	PG_TRY();
@@ -508,7 +514,7 @@ compact_one(const char *name, MemoryContext cycle_context)
 	}
 	PG_CATCH();
 	{
-		work_failed(what, psprintf("stream %s", name), cycle_context);
+		work_failed(what, unit, cycle_context);
 		more = false;
 	}
 	PG_END_TRY();
@@ -578,6 +584,7 @@ process_one(const ConsumerPartition *cp, MemoryContext cycle_context)
 {
 	char	   *what = psprintf("process consumer \"%s\" partition %d",
 								cp->consumer, cp->partition);
+	char	   *unit = psprintf("consumer %s", cp->consumer);
 	int64		applied = 0;
 
 	PG_TRY();
@@ -597,7 +604,7 @@ process_one(const ConsumerPartition *cp, MemoryContext cycle_context)
 			AbortCurrentTransaction();
 		}
 		else
-			work_failed(what, psprintf("consumer %s", cp->consumer), cycle_context);
+			work_failed(what, unit, cycle_context);
 		applied = 0;
 	}
 	PG_END_TRY();

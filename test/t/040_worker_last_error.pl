@@ -1,0 +1,93 @@
+
+# worker_status.last_error names the unit of work that failed, also when
+# several fail in one cycle (issue 20, finding 9: the name was read after
+# the error state that held it was flushed, and showed the log's hint).
+#
+# Streams a and b each have a release step that fails on the worker's
+# lock_timeout (the test holds their progress rows, which only a release
+# step writes).  Both start failing in the same cycle, so both are logged
+# in it.  The same cycle then processes consumer g, whose handler waits for
+# a row the test holds: while it waits, worker_status shows what the
+# release phase of that cycle recorded.
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib $FindBin::RealBin;
+use OrderedEvents;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = OrderedEvents::node('last_error', databases => 'postgres', naptime => 200,
+	conf => ['ordered_events.handler_timeout = 0']);
+
+$node->safe_psql('postgres', q{
+	CREATE TABLE public.gate (id int PRIMARY KEY);
+	INSERT INTO public.gate VALUES (1);
+	CREATE FUNCTION public.h(state jsonb, e ordered_events.event)
+	RETURNS ordered_events.step LANGUAGE plpgsql AS $$
+	BEGIN
+		PERFORM FROM public.gate WHERE id = 1 FOR SHARE;
+		RETURN ROW(state, pg_catalog.to_jsonb(e.seq))::ordered_events.step;
+	END $$;
+	SELECT ordered_events.create_stream('a');
+	SELECT ordered_events.create_stream('b');
+	SELECT ordered_events.create_stream('gs');
+	SELECT ordered_events.create_consumer('g', handler => 'public.h(jsonb, ordered_events.event)');
+	SELECT ordered_events.subscribe('g', 'gs');
+	SELECT ordered_events.ingest('a', 1, 'k'), ordered_events.ingest('b', 1, 'k');
+});
+ok( $node->poll_query_until('postgres', q{
+	SELECT count(*) FROM ordered_events.ranges WHERE stream IN ('a', 'b') AND range_end = 2},
+	'2'),
+	'a and b have released once: their progress rows exist');
+
+sub status
+{
+	my ($columns) = @_;
+	return $node->safe_psql('postgres',
+		"SELECT $columns FROM ordered_events.worker_status WHERE database = 'postgres'");
+}
+
+my $log_offset = -s $node->logfile;
+
+my $holder = $node->background_psql('postgres');
+$holder->query_safe('BEGIN');
+$holder->query_safe(q{
+	SELECT FROM ordered_events.progress p
+	  JOIN ordered_events.stream_def d USING (stream_id)
+	 WHERE d.stream IN ('a', 'b') FOR UPDATE OF p});
+$holder->query_safe('SELECT FROM public.gate WHERE id = 1 FOR UPDATE');
+
+# One commit: the first cycle that sees any of it sees all of it.
+$node->safe_psql('postgres', q{
+	SELECT ordered_events.ingest('a', 2, 'k'), ordered_events.ingest('b', 2, 'k'),
+	       ordered_events.ingest('gs', 1, 'k')});
+
+ok( $node->poll_query_until('postgres', q{
+	SELECT state || '/' || coalesce(current_consumer, '-')
+	  FROM ordered_events.worker_status WHERE database = 'postgres'},
+	'processing/g'),
+	'the cycle that found a and b failing now waits in g\'s handler');
+like(status('last_error'),
+	qr/^stream [ab]: canceling statement due to lock timeout$/,
+	'last_error names a stream that failed, and its error');
+my $log = slurp_file($node->logfile, $log_offset);
+like($log, qr/LOG:  ordered_events could not release stream "a": canceling statement due to lock timeout/,
+	'a\'s failure is logged');
+like($log, qr/LOG:  ordered_events could not release stream "b": canceling statement due to lock timeout/,
+	'b\'s failure is logged in the same cycle');
+
+$holder->query_safe('ROLLBACK');
+$holder->quit;
+ok( $node->poll_query_until('postgres', q{
+	SELECT count(*) FROM ordered_events.ranges WHERE stream IN ('a', 'b') AND range_end = 3},
+	'2'),
+	'a and b are released once the rows are free');
+ok( $node->poll_query_until('postgres', q{
+	SELECT last_error IS NULL FROM ordered_events.worker_status WHERE database = 'postgres'}),
+	'and last_error is cleared');
+
+$node->stop;
+done_testing();
