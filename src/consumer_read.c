@@ -25,7 +25,9 @@
  * Concurrency: read() locks its subscription rows (FOR UPDATE) before it
  * takes its snapshot, so a second session reading the same consumer
  * partition waits for the first to end and then continues after it; other
- * partitions have other rows.  The new position is written in the caller's
+ * partitions have other rows.  The worker locks a partition first with
+ * oe_consumer_lock_nowait(), which does not wait: it leaves a partition
+ * that a process() by hand holds to its next cycle.  The new position is written in the caller's
  * transaction: a rollback consumes nothing.  Released events never change,
  * so one snapshot, taken after the lock, gives a consistent pool and scan.
  * peek() takes no lock and writes nothing.
@@ -56,6 +58,7 @@ enum
 {
 	PLAN_CONSUMER,
 	PLAN_LOCK,
+	PLAN_LOCK_NOWAIT,
 	PLAN_SUBSCRIPTIONS,
 	PLAN_UNSETTLED,
 	PLAN_ADVANCE
@@ -75,6 +78,19 @@ static OePlan plans[] = {
 		"SELECT FROM ordered_events.subscription "
 		"WHERE consumer_id = $1 AND partition = $2 ORDER BY stream_id FOR UPDATE",
 		2, {INT4OID, INT4OID}, CURSOR_OPT_GENERIC_PLAN
+	},
+
+	/* PLAN_LOCK by the consumer's name, skipping rows held: all of them? */
+	[PLAN_LOCK_NOWAIT] = {
+		"WITH p AS (SELECT s.stream_id FROM ordered_events.subscription s "
+		"  JOIN ordered_events.consumer_def c ON c.consumer_id = s.consumer_id "
+		"  WHERE c.consumer = $1 AND s.partition = $2), "
+		"locked AS (SELECT s.stream_id FROM ordered_events.subscription s "
+		"  WHERE s.consumer_id = (SELECT c.consumer_id FROM ordered_events.consumer_def c "
+		"                          WHERE c.consumer = $1) "
+		"    AND s.partition = $2 ORDER BY s.stream_id FOR UPDATE SKIP LOCKED) "
+		"SELECT (SELECT count(*) FROM locked) = (SELECT count(*) FROM p)",
+		2, {TEXTOID, INT4OID}, CURSOR_OPT_GENERIC_PLAN
 	},
 
 	/*
@@ -616,6 +632,29 @@ oe_consumer_lookup(Datum name, int32 partition, OeConsumer *consumer)
 				 errdetail("Consumer \"%s\" has %d partition(s).",
 						   consumer->name, consumer->partitions),
 				 errhint("Use a partition from 0 to %d.", consumer->partitions - 1)));
+}
+
+/*
+ * Lock a consumer partition as oe_consumer_take() does, but without
+ * waiting: false if another transaction holds any of it (a read() or a
+ * process() in progress), in which case this transaction may hold the
+ * rest until it ends.  For the worker, which leaves a held partition to its
+ * next cycle instead of waiting; a take that follows in the transaction
+ * has the lock at once.
+ */
+bool
+oe_consumer_lock_nowait(const char *consumer, int32 partition)
+{
+	Datum		values[2] = {CStringGetTextDatum(consumer), Int32GetDatum(partition)};
+	OeInternalScope scope;
+	bool		isnull;
+	bool		locked;
+
+	oe_internal_begin(&scope, oe_relations()->owner);
+	oe_run_plan(&plans[PLAN_LOCK_NOWAIT], values, NULL, SPI_OK_SELECT);
+	locked = DatumGetBool(oe_result(0, 1, &isnull));
+	oe_internal_end(&scope);
+	return locked;
 }
 
 /*

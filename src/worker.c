@@ -26,6 +26,18 @@
  * worker_status while it lasts, and the cycle goes on.
  * A database without the extension is checked quietly every naptime.
  *
+ * Locks: a unit first takes the
+ * extension's lock (DROP EXTENSION waits for it), then, without waiting,
+ * the lock of what it works on: a stream's release lock (its stream_def
+ * row) for a release step or a compaction, a consumer partition's
+ * subscription rows for a processing step.  Another transaction holding
+ * it, a release(), skip_gap(), subscribe() or process() by hand, is a
+ * normal situation: the unit is left to the next cycle, with no error and
+ * no wait.  Any other lock the unit waits for is bounded by the worker's
+ * lock_timeout (OE_WORKER_LOCK_TIMEOUT), after which it fails like any
+ * error; a handler's own waits are bounded by its handler_timeout instead
+ * (handler.c).
+ *
  * DROP DATABASE waits only a few seconds for other sessions to leave, and
  * does not ask background workers to: an object-access hook, run by the
  * dropping backend before that wait, terminates our worker, and the
@@ -444,11 +456,40 @@ end_work(void)
 	MemoryContextSwitchTo(work_caller_context);
 }
 
+static OePlan lock_stream_plan = {
+	"SELECT FROM ordered_events.stream_def WHERE stream_id = $1 "
+	"FOR NO KEY UPDATE SKIP LOCKED",
+	1, {INT4OID}
+};
+
+/*
+ * Take a stream's release lock (its stream_def row, see release.c) without
+ * waiting.  False if another transaction holds it, a release() or a
+ * skip_gap() by hand or a subscribe() in an open transaction, say, or if
+ * the stream is gone: the worker leaves the stream to the next cycle
+ * rather than wait.  The release step or compaction that follows takes the
+ * lock again, and has it at once.
+ */
+static bool
+lock_stream_nowait(const OeStream *stream)
+{
+	Datum		id = Int32GetDatum(stream->stream_id);
+	OeInternalScope scope;
+	bool		locked;
+
+	oe_internal_begin(&scope, oe_relations()->owner);
+	oe_run_plan(&lock_stream_plan, &id, NULL, SPI_OK_SELECT);
+	locked = SPI_processed > 0;
+	oe_internal_end(&scope);
+	return locked;
+}
+
 /*
  * One release step for one stream in its own transaction.  Returns the
- * number released, or -1 after an error, which is logged when the stream
- * starts failing and recorded in worker_status.  *full is set if the step
- * released a whole batch: the stream may have more.
+ * number released (0 if another transaction holds the stream's lock), or
+ * -1 after an error, which is logged when the stream starts failing and
+ * recorded in worker_status.  *full is set if the step released a whole
+ * batch: the stream may have more.
  */
 static int64
 release_one(const char *name, MemoryContext cycle_context, bool *full)
@@ -462,8 +503,8 @@ release_one(const char *name, MemoryContext cycle_context, bool *full)
 	{
 		OeStream	stream;
 
-		released = begin_work() && oe_lookup_stream(name, &stream) ?
-			oe_release_stream(&stream) : 0;
+		released = begin_work() && oe_lookup_stream(name, &stream) &&
+			lock_stream_nowait(&stream) ? oe_release_stream(&stream) : 0;
 		*full = released > 0 && released >= stream.max_release_batch;
 		end_work();
 		note_failing(what, false);
@@ -484,8 +525,9 @@ static OePlan compact_plan = {
 
 /*
  * One batch of compaction (counting and retention, see compact_stream() in
- * the install script) for one stream in its own transaction, like
- * release_one().  Returns true if the stream may have more.
+ * the install scripts) for one stream in its own transaction, like
+ * release_one(), also in leaving a stream whose lock is held to the next
+ * cycle.  Returns true if the stream may have more.
  */
 static bool
 compact_one(const char *name, MemoryContext cycle_context)
@@ -498,7 +540,7 @@ compact_one(const char *name, MemoryContext cycle_context)
 	{
 		OeStream	stream;
 
-		if (begin_work() && oe_lookup_stream(name, &stream))
+		if (begin_work() && oe_lookup_stream(name, &stream) && lock_stream_nowait(&stream))
 		{
 			Datum		id = Int32GetDatum(stream.stream_id);
 			OeInternalScope scope;
@@ -576,8 +618,10 @@ typedef struct ConsumerPartition
 
 /*
  * One processing step for a partition of a handler consumer, in its own
- * transaction, like release_one().  Returns the number of events applied
- * (0 after an error); a whole batch means the partition may have more.
+ * transaction, like release_one().  A partition that another transaction
+ * holds (a process() by hand) is left to the next cycle without waiting.
+ * Returns the number of events applied (0 after an error); a whole batch
+ * means the partition may have more.
  */
 static int64
 process_one(const ConsumerPartition *cp, MemoryContext cycle_context)
@@ -589,22 +633,14 @@ process_one(const ConsumerPartition *cp, MemoryContext cycle_context)
 
 	PG_TRY();
 	{
-		if (begin_work())
+		if (begin_work() && oe_consumer_lock_nowait(cp->consumer, cp->partition))
 			applied = oe_process_partition(cp->consumer, cp->partition, OE_PROCESS_BATCH);
 		end_work();
 		note_failing(what, false);
 	}
 	PG_CATCH();
 	{
-		/* process() by hand holds the partition: it is not an error. */
-		if (geterrcode() == ERRCODE_LOCK_NOT_AVAILABLE)
-		{
-			MemoryContextSwitchTo(cycle_context);
-			FlushErrorState();
-			AbortCurrentTransaction();
-		}
-		else
-			work_failed(what, unit, cycle_context);
+		work_failed(what, unit, cycle_context);
 		applied = 0;
 	}
 	PG_END_TRY();

@@ -143,7 +143,9 @@ ok( $node->poll_query_until('postgres', q{
 my $locker = $node->background_psql('postgres');
 $locker->query_safe('BEGIN');
 $locker->query_safe(q{
-	SELECT 1 FROM ordered_events.stream_def WHERE stream = 'blocked' FOR UPDATE});
+	SELECT 1 FROM ordered_events.progress p
+	  JOIN ordered_events.stream_def d USING (stream_id)
+	 WHERE d.stream = 'blocked' FOR UPDATE OF p});
 $node->safe_psql('postgres', q{
 	SELECT ordered_events.ingest('blocked', 1, 'k');
 	INSERT INTO ordered_events.inbox (stream, seq, key)

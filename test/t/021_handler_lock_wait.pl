@@ -77,7 +77,9 @@ is( $node->safe_psql('postgres', q{
 my $holder = $node->background_psql('postgres');
 $holder->query_safe('BEGIN');
 $holder->query_safe(q{
-	SELECT FROM ordered_events.stream_def WHERE stream = 's' FOR UPDATE});
+	SELECT FROM ordered_events.progress p
+	  JOIN ordered_events.stream_def d USING (stream_id)
+	 WHERE d.stream = 's' FOR UPDATE OF p});
 $node->safe_psql('postgres', q{SELECT ordered_events.ingest('s', 2, 'k')});
 ok( $node->poll_query_until('postgres', q{
 	SELECT last_error FROM ordered_events.worker_status WHERE database = 'postgres'},

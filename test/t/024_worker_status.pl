@@ -70,10 +70,12 @@ ok( $node->poll_query_until('postgres', q{
 	'while it applies c: state processing, current_consumer c');
 $holder->query_safe('COMMIT');
 
-# The worker releasing "blocked" waits for its release lock (1 s, then again).
+# The worker releasing "blocked" waits for its progress row (1 s, then again).
 $holder->query_safe('BEGIN');
 $holder->query_safe(q{
-	SELECT FROM ordered_events.stream_def WHERE stream = 'blocked' FOR UPDATE});
+	SELECT FROM ordered_events.progress p
+	  JOIN ordered_events.stream_def d USING (stream_id)
+	 WHERE d.stream = 'blocked' FOR UPDATE OF p});
 $node->safe_psql('postgres', q{SELECT ordered_events.ingest('blocked', 1, 'k')});
 ok( $node->poll_query_until('postgres', q{
 	SELECT state || '/' || coalesce(current_stream, '-') || '/' || coalesce(current_consumer, '-')
