@@ -26,7 +26,10 @@
  * worker_status while it lasts, and the cycle goes on.
  * A database without the extension is checked quietly every naptime.
  *
- * Locks: a unit first takes the
+ * Transactions and locks: every unit of work is a READ COMMITTED
+ * transaction, whatever default_transaction_isolation the database or the
+ * server sets, so that what it reads after taking its locks is the latest
+ * committed state (compaction depends on it).  A unit first takes the
  * extension's lock (DROP EXTENSION waits for it), then, without waiting,
  * the lock of what it works on: a stream's release lock (its stream_def
  * row) for a release step or a compaction, a consumer partition's
@@ -867,6 +870,16 @@ oe_database_worker_main(Datum arg)
 	SetConfigOption("lock_timeout", OE_WORKER_LOCK_TIMEOUT, PGC_SUSET, PGC_S_SESSION);
 	/* Runs as superuser: no object of public or pg_temp may be chosen. */
 	SetConfigOption("search_path", oe_safe_search_path, PGC_SUSET, PGC_S_SESSION);
+
+	/*
+	 * Every unit of work reads the latest committed state after its locks,
+	 * whatever the database's or the server's default: a compaction under
+	 * an older snapshot would miss a new subscription (see compact_stream()
+	 * in ordered_events--0.2--0.3.sql), and REPEATABLE READ fails with
+	 * 40001 where a row changed since the snapshot.
+	 */
+	SetConfigOption("default_transaction_isolation", "read committed",
+					PGC_SUSET, PGC_S_SESSION);
 
 	/*
 	 * Its queries are short index lookups; JIT would only load LLVM into
