@@ -163,8 +163,54 @@ COMMENT ON FUNCTION ordered_events.check_handler_timeout(interval) IS
  */
 
 /*
- * Compaction (compact() by hand, the worker in its cycle) as in 0.2, but
- * it refuses a REPEATABLE READ or SERIALIZABLE transaction.
+ * Retentions that compaction can compute.  A retention whose cut-off
+ * (the time of a compaction minus the retention) is outside the range of
+ * timestamps, such as '10000 years', made every compaction of its stream
+ * fail with 22008, so that its per-key counting never ran either.
+ * check_retention(), which create_stream() and alter_stream() call, now
+ * refuses more than 1000 years; compaction treats a value stored before
+ * (a 0.2 installation) as "nothing is old enough".
+ */
+
+-- clock - retention, or -infinity where it is out of range (nothing is
+-- older); NULL for a NULL retention.
+CREATE FUNCTION ordered_events.retention_cutoff(clock timestamptz, retention interval)
+RETURNS timestamptz
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN clock - retention;
+EXCEPTION WHEN datetime_field_overflow THEN
+    RETURN '-infinity';
+END;
+$$;
+COMMENT ON FUNCTION ordered_events.retention_cutoff(timestamptz, interval) IS
+    'Internal: the time before which what a retention keeps is past it; -infinity when out of range';
+
+-- A retention is an interval from 0 to 1000 years (NULL: keep for ever).
+CREATE OR REPLACE FUNCTION ordered_events.check_retention(option text, retention interval)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF retention < interval '0' THEN
+        PERFORM ordered_events.invalid_option(option, retention::text,
+            'Use an interval of at least 0: how long to keep what was released (or rejected); NULL keeps it for ever.');
+    END IF;
+    IF retention > interval '1000 years'
+       OR ordered_events.retention_cutoff(pg_catalog.clock_timestamp(), retention) = '-infinity' THEN
+        PERFORM ordered_events.invalid_option(option, retention::text,
+            'Use at most 1000 years, so that compaction can compute what is past it; NULL keeps everything for ever.');
+    END IF;
+END;
+$$;
+
+/*
+ * Compaction (compact() by hand, the worker in its cycle) as in 0.2, with
+ * two changes: it refuses a REPEATABLE READ or SERIALIZABLE transaction,
+ * and its cut-offs come from retention_cutoff().
  *
  * Why refuse rather than read the positions with a newer snapshot: a
  * compaction must see, once it holds the stream's lock, every subscription
@@ -191,6 +237,8 @@ DECLARE
     counted_end bigint;
     count_to bigint;
     clock timestamptz := pg_catalog.clock_timestamp();
+    kept_since timestamptz;     -- released before it: past the retention
+    rejected_since timestamptz; -- received before it: past the dead letter retention
     read_from bigint;
     runs ordered_events.compacted_run[];
     delete_from bigint;
@@ -220,6 +268,8 @@ BEGIN
         RETURN;
     END IF;
     batch := least(d.max_release_batch, 1000);
+    kept_since := ordered_events.retention_cutoff(clock, d.retention);
+    rejected_since := ordered_events.retention_cutoff(clock, d.dead_letter_retention);
 
     IF d.sequencing = 'global' THEN
         SELECT coalesce(p.counted_end, d.initial_sequence),
@@ -279,7 +329,7 @@ BEGIN
                                (SELECT l.seq_start FROM ordered_events.lane_release_log l
                                  WHERE l.stream_id = d.stream_id
                                    AND (l.delivery >= read_from
-                                        OR l.released_at >= clock - d.retention)
+                                        OR l.released_at >= kept_since)
                                  ORDER BY l.delivery LIMIT 1));
             delete_to := coalesce((SELECT e.seq FROM ordered_events.event_store e
                                     WHERE e.stream_id = d.stream_id AND e.lane = ''
@@ -313,7 +363,7 @@ BEGIN
                        AND (read_from IS NULL OR l.delivery < read_from)
                      ORDER BY l.delivery
                      LIMIT batch) c
-             WHERE c.released_at < clock - d.retention AND c.before < batch
+             WHERE c.released_at < kept_since AND c.before < batch
                AND (c.delivery <> newest OR c.seq_start < c.seq_end)
                AND NOT EXISTS (SELECT FROM ordered_events.gap_skips g
                                 WHERE g.stream_id = d.stream_id AND g.lane = c.lane
@@ -350,7 +400,7 @@ BEGIN
         WITH gone AS (
                 DELETE FROM ordered_events.unprocessed u
                  WHERE u.stream = d.stream AND u.consumer IS NULL
-                   AND u.received_at < clock - d.dead_letter_retention
+                   AND u.received_at < rejected_since
                    AND u.received_at <= coalesce(
                            (SELECT u2.received_at FROM ordered_events.unprocessed u2
                              WHERE u2.stream = d.stream AND u2.consumer IS NULL
@@ -382,5 +432,48 @@ $$;
 COMMENT ON FUNCTION ordered_events.compact_stream(integer) IS
     'Internal: one batch of counting and retention for a stream';
 
+CREATE OR REPLACE FUNCTION ordered_events.streams_to_compact()
+RETURNS TABLE (stream text)
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT d.stream
+  FROM ordered_events.stream_def d
+ WHERE EXISTS (SELECT FROM ordered_events.progress p
+                WHERE d.sequencing = 'global' AND p.stream_id = d.stream_id AND p.lane = ''
+                  AND coalesce(p.counted_end, d.initial_sequence) < least(p.range_end,
+                        (SELECT pg_catalog.min(g.gap_start) FROM ordered_events.gap_skips g
+                          WHERE g.stream_id = d.stream_id AND g.lane = '' AND NOT g.settled)))
+    OR EXISTS (SELECT FROM (SELECT l.delivery, l.released_at, l.seq_start, l.seq_end
+                              FROM ordered_events.lane_release_log l
+                             WHERE d.retention IS NOT NULL AND l.stream_id = d.stream_id
+                             ORDER BY l.delivery LIMIT 1) l
+                WHERE l.released_at < ordered_events.retention_cutoff(pg_catalog.clock_timestamp(),
+                                                                        d.retention)
+                  -- not the newest run, kept once emptied
+                  AND (l.seq_start < l.seq_end
+                       OR EXISTS (SELECT FROM ordered_events.lane_release_log n
+                                   WHERE n.stream_id = d.stream_id AND n.delivery > l.delivery))
+                  AND NOT EXISTS (SELECT FROM ordered_events.subscription s
+                                    JOIN ordered_events.consumer_def c
+                                      ON c.consumer_id = s.consumer_id
+                                    JOIN ordered_events.release_totals t
+                                      ON t.stream_id = s.stream_id
+                                     AND t.partitions = c.partitions
+                                     AND t.partition = s.partition
+                                   WHERE s.stream_id = d.stream_id
+                                     AND s.taken_count < t.released_count
+                                     AND s.read_delivery <= l.delivery))
+    OR EXISTS (SELECT FROM ordered_events.unprocessed u
+                WHERE d.dead_letter_retention IS NOT NULL
+                  AND u.stream = d.stream AND u.consumer IS NULL
+                  AND u.received_at < ordered_events.retention_cutoff(pg_catalog.clock_timestamp(),
+                                                                      d.dead_letter_retention))
+ ORDER BY d.stream
+$$;
+COMMENT ON FUNCTION ordered_events.streams_to_compact() IS
+    'Internal: the streams with released events to count or events and dead letters to delete';
+
+REVOKE EXECUTE ON FUNCTION ordered_events.retention_cutoff(timestamptz, interval) FROM PUBLIC;
 
 DROP FUNCTION ordered_events.carry_grants(regprocedure, regprocedure);
