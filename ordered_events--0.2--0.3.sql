@@ -476,4 +476,39 @@ COMMENT ON FUNCTION ordered_events.streams_to_compact() IS
 
 REVOKE EXECUTE ON FUNCTION ordered_events.retention_cutoff(timestamptz, interval) FROM PUBLIC;
 
+/*
+ * drop_consumer() and drop_stream() wait for a read in progress without a
+ * deadlock.  Both deleted the consumer's or the stream's row (drop_stream()
+ * locked it FOR UPDATE first), and the cascade then waited for the
+ * subscription rows that a read() holds.  A second read() in that
+ * transaction updates those rows again, and updating a row that the
+ * transaction itself wrote checks its foreign keys: FOR KEY SHARE on the
+ * row being deleted, held by the drop.  40P01.  A drop must first wait for
+ * the readers, holding nothing they need: lock the subscription rows, in
+ * read()'s order (by consumer, partition, stream: consumer_read.c,
+ * PLAN_LOCK), before anything else.
+ */
+CREATE FUNCTION ordered_events.lock_subscriptions(consumer_id integer, stream_id integer)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF lock_subscriptions.consumer_id IS NOT NULL THEN
+        PERFORM FROM ordered_events.subscription s
+         WHERE s.consumer_id = lock_subscriptions.consumer_id
+         ORDER BY s.partition, s.stream_id
+           FOR UPDATE;
+    ELSE
+        PERFORM FROM ordered_events.subscription s
+         WHERE s.stream_id = lock_subscriptions.stream_id
+         ORDER BY s.consumer_id, s.partition
+           FOR UPDATE;
+    END IF;
+END;
+$$;
+COMMENT ON FUNCTION ordered_events.lock_subscriptions(integer, integer) IS
+    'Internal: wait for the reads of a consumer (or of a stream, consumer_id NULL) in progress, locking their subscription rows as read() does';
+REVOKE EXECUTE ON FUNCTION ordered_events.lock_subscriptions(integer, integer) FROM PUBLIC;
+
 DROP FUNCTION ordered_events.carry_grants(regprocedure, regprocedure);
