@@ -27,8 +27,8 @@
  * partition waits for the first to end and then continues after it; other
  * partitions have other rows.  The worker locks a partition first with
  * oe_consumer_lock_nowait(), which does not wait: it leaves a partition
- * that a process() by hand holds to its next cycle.  The new position is written in the caller's
- * transaction: a rollback consumes nothing.  Released events never change,
+ * that a process() by hand holds to its next cycle.  The new position is
+ * written in the caller's transaction: a rollback consumes nothing.  Released events never change,
  * so one snapshot, taken after the lock, gives a consistent pool and scan.
  * peek() takes no lock and writes nothing.
  *
