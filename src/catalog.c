@@ -227,6 +227,14 @@ read_relations(OeRelations *rels, Oid *outcomes)
 	rels->handler_result = relation_oid(schema, "handler_result");
 	rels->result_position_seq = relation_oid(schema, "result_position_seq");
 	rels->owner = relation_owner(rels->stream_def);
+	/* 0.3's streams have an owner and privileges */
+	if (get_attnum(rels->stream_def, "acl") == InvalidAttrNumber)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("the objects of extension \"ordered_events\" are not those of library version %s",
+						OE_LIBRARY_VERSION),
+				 errdetail("Column %s.stream_def.acl is missing.", OE_SCHEMA),
+				 errhint("Run ALTER EXTENSION ordered_events UPDATE.")));
 	rels->outcome_type = GetSysCacheOid2(TYPENAMENSP, Anum_pg_type_oid,
 										 CStringGetDatum("outcome"),
 										 ObjectIdGetDatum(schema));
