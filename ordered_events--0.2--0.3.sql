@@ -69,7 +69,8 @@ ALTER TABLE ordered_events.stream_def
     ADD COLUMN acl aclitem[];
 UPDATE ordered_events.stream_def d
    SET owner = x.extowner::regrole,
-       acl = ARRAY[pg_catalog.makeaclitem(0, x.extowner, 'SELECT, INSERT', false)]
+       acl = ARRAY[pg_catalog.makeaclitem(0, x.extowner, 'SELECT', false),
+                   pg_catalog.makeaclitem(0, x.extowner, 'INSERT', false)]
   FROM pg_catalog.pg_extension x WHERE x.extname = 'ordered_events';
 ALTER TABLE ordered_events.stream_def ALTER COLUMN owner SET NOT NULL;
 COMMENT ON COLUMN ordered_events.stream_def.owner IS
@@ -161,21 +162,20 @@ $$;
 COMMENT ON FUNCTION ordered_events.check_new_owner(text, text, regrole, regrole) IS
     'Internal: the error unless a role may give an object to another role';
 
--- An acl with a privilege (INSERT or SELECT) of a grantee added or removed.
+-- An acl with a privilege (INSERT or SELECT) of a grantee added or removed:
+-- one item per grantee and privilege.
 CREATE FUNCTION ordered_events.acl_with(acl aclitem[], owner regrole, grantee regrole,
                                         privilege text, present boolean)
 RETURNS aclitem[]
-LANGUAGE sql IMMUTABLE
+LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-SELECT coalesce(pg_catalog.array_agg(pg_catalog.makeaclitem(g.grantee, owner, g.privileges, false)
-                                     ORDER BY g.grantee), '{}')
-  FROM (SELECT x.grantee, pg_catalog.string_agg(x.privilege_type, ', ') AS privileges
-          FROM (SELECT a.grantee, a.privilege_type FROM pg_catalog.aclexplode(acl) a
-                 WHERE NOT (a.grantee = acl_with.grantee AND a.privilege_type = privilege)
-                UNION
-                SELECT acl_with.grantee, privilege WHERE present) x
-         GROUP BY x.grantee) g
+SELECT coalesce(pg_catalog.array_agg(pg_catalog.makeaclitem(x.grantee, owner, x.privilege_type, false)
+                                     ORDER BY x.grantee, x.privilege_type), '{}')
+  FROM (SELECT a.grantee, a.privilege_type FROM pg_catalog.aclexplode(acl) a
+         WHERE NOT (a.grantee = acl_with.grantee AND a.privilege_type = privilege)
+        UNION
+        SELECT acl_with.grantee, privilege WHERE present) x
 $$;
 COMMENT ON FUNCTION ordered_events.acl_with(aclitem[], regrole, regrole, text, boolean) IS
     'Internal: the acl of a stream with a privilege granted or revoked';

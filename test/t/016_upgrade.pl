@@ -162,7 +162,7 @@ is($node->safe_psql('postgres', $state_sql), $before, 'every event, dead letter,
 is($node->safe_psql('postgres', q{
 	SELECT string_agg(format('%s/%s/%s', stream, owner, privileges), ' ' ORDER BY stream)
 	  FROM ordered_events.streams}),
-	'f/postgres/{=ar/postgres} g/postgres/{=ar/postgres} k/postgres/{=ar/postgres}',
+	'f/postgres/{=r/postgres,=a/postgres} g/postgres/{=r/postgres,=a/postgres} k/postgres/{=r/postgres,=a/postgres}',
 	'0.2 streams: owned by the extension owner, read and write for PUBLIC');
 
 # The update filled each lane's last released seq: the last event below its
@@ -194,8 +194,8 @@ is($node->safe_psql('postgres', q{
 	       has_function_privilege('public', 'ordered_events.worker_report()', 'EXECUTE'),
 	       has_function_privilege('public', 'ordered_events.inbox_insert()', 'EXECUTE'),
 	       (SELECT prosecdef FROM pg_proc WHERE oid = 'ordered_events.blockers(text)'::regprocedure),
-	       (SELECT prosecdef FROM pg_proc WHERE oid = 'ordered_events.drop_stream(text)'::regprocedure)}),
-	'f|f|f|f|t', 'the producer may no longer forge dead letters; internal functions are not PUBLIC');
+	       has_function_privilege('public', 'ordered_events.drop_stream_as(text, regrole)', 'EXECUTE')}),
+	'f|f|f|f|f', 'the producer may no longer forge dead letters; internal functions are not PUBLIC');
 
 # worker_status_internal() became worker_report() (issue 13): the 0.1
 # monitor, granted the old function, still reads worker_status with its new
