@@ -28,6 +28,8 @@
  * Locking: every ingest takes RowExclusiveLock on the event table before it
  * looks up the stream.  drop_stream() takes SHARE ROW EXCLUSIVE on it, so an
  * ingest either finishes before the drop or, having waited, sees the drop.
+ * An append also takes its stream's fence lock (gap_policy.c), shared, for
+ * its (sub)transaction, before it takes a seq; nothing waits for it.
  *
  *-------------------------------------------------------------------------
  */
@@ -411,8 +413,6 @@ oe_stream_for_append(text *name, Oid writer)
 
 /*
  * Take the fence stream's next seq and write the event with it; returns the
- * seq.  The transaction gets its xid before it takes the seq, so that the
- * fence (release.c) can tell from running xids alone who may still hold a
  * seq.  append() and handlers' derived events (handler.c) come here.
  */
 int64
@@ -421,6 +421,17 @@ oe_append_event(const OeStream *stream, OeEvent *event)
 	OeOutcome	outcome;
 
 	oe_check_key(stream, event->key, NULL);
+
+	/*
+	 * The stream's fence lock, then the xid (stream_for_ingest() took it
+	 * already; asked again so that this function does not depend on it),
+	 * then the seq.  The fence (gap_policy.c) relies on both coming before
+	 * the seq: a transaction that holds a seq the fence read as allocated
+	 * has an xid below the fence's, and is among the lock's holders until it
+	 * ends (or the subtransaction that took the lock aborts, which kills the
+	 * seq).  Their order between them does not matter.
+	 */
+	oe_fence_lock(stream);
 	(void) GetTopTransactionId();
 	event->seq = nextval_internal(stream->fence_seq, false);
 	if (event->seq == PG_INT64_MAX)

@@ -454,6 +454,7 @@ extern int64 oe_policy_skip_end(OeLane *lane, int64 gap_end, Snapshot snapshot,
 								const char **reason);
 extern bool oe_stored_xid(Datum value, bool isnull, FullTransactionId *xid);
 extern void oe_settle_runs(const OeStream *stream);
+extern void oe_fence_lock(const OeStream *stream);
 
 /* ingest.c */
 extern OeStream oe_stream_for_append(text *name, Oid writer);
