@@ -41,6 +41,8 @@ $node->safe_psql('postgres', q{
 	INSERT INTO public.secret VALUES ('s1'), ('s2');
 	SELECT ordered_events.create_stream('s');
 	SELECT ordered_events.create_stream('l');
+	-- 0.3: alice's consumers read the streams through her 'read'
+	SELECT ordered_events.grant_stream(s, 'read', 'alice') FROM unnest(ARRAY['s', 'l']) s;
 });
 
 # alice's handler: for payload {"try": t} it attempts t, then counts the

@@ -50,6 +50,10 @@ $source->safe_psql('postgres', q{
 	SELECT ordered_events.create_stream('g');
 	SELECT ordered_events.create_stream('pk', sequencing => 'per_key');
 	SELECT ordered_events.create_stream('out', gap_policy => 'fence');
+	-- 0.3: the consumers' owners read g and pk, owner2's handler writes out
+	SELECT ordered_events.grant_stream(s, 'read', r)
+	  FROM unnest(ARRAY['g', 'pk']) s, unnest(ARRAY['owner1', 'owner2']::regrole[]) r;
+	SELECT ordered_events.grant_stream('out', 'write', 'owner2');
 
 	SET ROLE owner1;
 	CREATE FUNCTION h.fn(state jsonb, e ordered_events.event)
