@@ -757,6 +757,7 @@ oe_consumer_args(FunctionCallInfo fcinfo, const char *takes)
 static Datum
 read_consumer(FunctionCallInfo fcinfo, bool consume)
 {
+	Oid			caller = GetUserId();
 	OeConsumer	consumer;
 	OeInternalScope scope;
 	int32		max_events;
@@ -769,6 +770,7 @@ read_consumer(FunctionCallInfo fcinfo, bool consume)
 
 	oe_internal_begin(&scope, oe_relations()->owner);
 	oe_consumer_lookup(PG_GETARG_DATUM(0), PG_GETARG_INT32(2), &consumer);
+	oe_check_owner(caller, consumer.owner, "consumer", consumer.name);
 	if (consumer.handler != NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_WRONG_OBJECT_TYPE),

@@ -7,13 +7,47 @@
  *
  * 'timeout' skips a gap once it has been missing for gap_timeout since a
  * step first saw it (progress.gap_first_seen).  'fence' skips it once every
- * transaction that could still fill it has ended.  The fence is sound
- * because append() gives its transaction an xid before it takes a seq:
- * when a step first sees the gap it reads the last allocated seq L, then
- * the next xid X; a transaction holding a seq <= L has an xid below X, so
- * once no xid below X runs, every seq <= L that is still missing never will
- * arrive.  Only transactions of this database can write our tables, so
- * those of other databases are not waited for.
+ * transaction that could still fill it has ended, whatever other
+ * transactions are open.
+ *
+ * The fence.  append() (oe_append_event()) takes, in this order, the
+ * stream's fence lock (ShareLock on an advisory tag of (database,
+ * stream_id), for its (sub)transaction), the top-level xid, and only then a
+ * seq (nextval, CACHE 1).  When a step first sees a gap it reads the last
+ * allocated seq L, then the next xid X, and stores both (progress.fence_seq,
+ * fence_xid); it walks again with a snapshot S taken after that, and every
+ * later step walks with a newer one.  A missing seq s <= L is skipped when,
+ * for every xid x below X that S does not show as finished (S's xip, and
+ * S's xmax up to X), except our own:
+ *   1. H: the top-level xids of the fence lock's holders, read now
+ *	    (GetLockConflicts(); each VXID's PGPROC, its xid, then its lxid
+ *	    again: a PGPROC that moved on to another transaction is dropped);
+ *   2. P: x is prepared, or being prepared, here (a dummy PGPROC of
+ *	    PreparedXactProcs has xid x): GetLockConflicts() cannot name those;
+ *   3. if x is still in progress, it blocks only if it is in H or P;
+ *	    otherwise it blocks if it committed (S does not show its rows yet:
+ *	    a later step with a newer snapshot decides), not if it aborted.
+ * Proof.  Let T hold s, alive (the (sub)transaction that took it did not
+ * abort), with S not showing it committed.  T took s before L was read, so
+ * its xid came before X was read: x < X, and S does not show x finished.
+ * If x is not in progress at 3, T ended; it committed (else s is dead), so
+ * x blocks.  If it is, T ran all along since 1; the lock was taken before
+ * the seq, and only the end of the top-level transaction or the abort of
+ * the subtransaction that holds it (then s is dead) releases it, so T held
+ * it at 1: on its own PGPROC, whose xid was x when read (then x is in H),
+ * unless T was preparing; or on its dummy PGPROC once prepared.  Preparing
+ * sets the dummy's xid before the locks move and before the backend's xid
+ * is cleared, and the dummy keeps it until T ends, so then x is in P.
+ * Either way x blocks.  Seqs above L are never skipped by this fence: a
+ * later fence covers them.  Only a transaction that appended holds the
+ * lock, so an unrelated open transaction, of this database or another,
+ * blocks nothing; a holder that took its xid before X but its seqs after L
+ * does block (conservatively) until it ends.  After a crash restart every
+ * transaction from before it has ended, aborted unless its commit record
+ * survived, and none holds a lock, except prepared ones, which are in P.
+ * The order of the lock and the xid does not matter; both precede the seq.
+ * ingest() and the inbox are refused on fence streams, and no stream
+ * becomes one later, so append() writes every event of a fence stream.
  *
  * An event whose transaction was open while its seq was skipped may commit
  * afterwards.  The views never release it; settling moves it to
@@ -21,7 +55,9 @@
  * after the skip committed, and once no xid below it runs (possibly in that
  * same step), no transaction that missed the skip can still add to the run.
  * Later arrivals are rejected at ingest (the stream cache knows the highest
- * skipped seq).
+ * skipped seq).  Settling keeps to xids (no_xid_below()), not the fence
+ * lock: ingest() on other streams settles too and takes no such lock, and
+ * a late event only waits in pending meanwhile; it never delays a release.
  *
  * Stored xids (fence_xid, settle_xid) are of the cluster that stored them:
  * after a dump is restored into another cluster they may lie beyond its
@@ -35,11 +71,15 @@
 #include "ordered_events.h"
 
 #include "access/transam.h"
+#include "access/twophase.h"
 #include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "miscadmin.h"
+#include "port/atomics.h"
+#include "storage/lock.h"
 #include "storage/proc.h"
 #include "storage/procarray.h"
+#include "storage/sinvaladt.h"
 #include "utils/builtins.h"
 #include "utils/snapmgr.h"
 
@@ -119,6 +159,135 @@ no_xid_below(Snapshot snapshot, FullTransactionId xid)
 }
 
 /*
+ * field4 of the fence lock's advisory tag: the advisory locks of SQL use 1
+ * and 2, so no pg_advisory_lock() call can take or release this one.
+ */
+#define FENCE_LOCK_FIELD4	0x4F45
+
+static void
+fence_lock_tag(LOCKTAG *tag, int32 stream_id)
+{
+	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) stream_id, 0, FENCE_LOCK_FIELD4);
+}
+
+/*
+ * Take the fence lock of a fence stream for the current (sub)transaction,
+ * before taking a seq of it (see the banner).  ShareLock: appenders never
+ * wait for each other; nobody asks for a mode that conflicts, the fence
+ * only lists the holders.  A subtransaction's abort releases it, its commit
+ * passes it to the parent; the top-level transaction's end releases it.
+ */
+void
+oe_fence_lock(const OeStream *stream)
+{
+	LOCKTAG		tag;
+
+	fence_lock_tag(&tag, stream->stream_id);
+	(void) LockAcquire(&tag, ShareLock, false, false);
+}
+
+/*
+ * The top-level xids of the other transactions that hold the stream's fence
+ * lock now, into *xids; returns how many.  A prepared transaction may be
+ * missing (see the banner).
+ */
+static int
+fence_holders(int32 stream_id, TransactionId **xids)
+{
+	LOCKTAG		tag;
+	VirtualTransactionId *vxids;
+	int			count;
+	int			n = 0;
+
+	fence_lock_tag(&tag, stream_id);
+	vxids = GetLockConflicts(&tag, ExclusiveLock, &count);
+	*xids = palloc(sizeof(TransactionId) * Max(count, 1));
+	for (int i = 0; i < count; i++)
+	{
+		PGPROC	   *proc = BackendIdGetProc(vxids[i].backendId);
+		TransactionId xid;
+
+		if (proc == NULL)
+			continue;			/* its backend exited: the transaction ended */
+		xid = proc->xid;
+		/* the xid of the same transaction as the VXID, or it ended */
+		pg_read_barrier();
+		if (proc->lxid == vxids[i].localTransactionId && TransactionIdIsValid(xid))
+			(*xids)[n++] = xid;
+	}
+	pfree(vxids);
+	return n;
+}
+
+/*
+ * True if "xid" is that of a prepared transaction of this database, or of
+ * one being prepared: a dummy PGPROC has it from the start of PREPARE until
+ * the transaction ends.
+ */
+static bool
+prepared_here(TransactionId xid)
+{
+	bool		found = false;
+
+	if (max_prepared_xacts == 0)
+		return false;
+	LWLockAcquire(TwoPhaseStateLock, LW_SHARED);
+	for (int i = 0; i < max_prepared_xacts && !found; i++)
+		found = PreparedXactProcs[i].xid == xid &&
+			PreparedXactProcs[i].databaseId == MyDatabaseId;
+	LWLockRelease(TwoPhaseStateLock);
+	return found;
+}
+
+/*
+ * True if the xid blocks the fence (steps 2 and 3 of the banner, in this
+ * order; "holders" from step 1, taken before).
+ */
+static bool
+blocks_fence(TransactionId xid, const TransactionId *holders, int nholders)
+{
+	bool		held = false;
+
+	if (TransactionIdIsCurrentTransactionId(xid))
+		return false;
+	for (int i = 0; i < nholders && !held; i++)
+		held = TransactionIdEquals(holders[i], xid);
+	if (!held)
+		held = prepared_here(xid);
+	if (TransactionIdIsInProgress(xid))
+		return held;
+	return TransactionIdDidCommit(xid);
+}
+
+/*
+ * True if no xid below the lane's fence_xid can still hold a missing seq
+ * <= its fence_seq that "snapshot" does not show (see the banner).  As in
+ * no_xid_below(), if very many xids from the snapshot's xmax on are to be
+ * asked about, a later step will know.
+ */
+static bool
+fence_passed(const OeLane *lane, Snapshot snapshot)
+{
+	TransactionId limit = XidFromFullTransactionId(lane->fence_xid);
+	TransactionId *holders;
+	int			nholders = fence_holders(lane->stream->stream_id, &holders);
+	int			asked = 0;
+	bool		passed = true;
+
+	for (uint32 i = 0; i < snapshot->xcnt && passed; i++)
+		if (TransactionIdPrecedes(snapshot->xip[i], limit))
+			passed = !blocks_fence(snapshot->xip[i], holders, nholders);
+
+	for (TransactionId x = snapshot->xmax; TransactionIdPrecedes(x, limit) && passed;)
+	{
+		passed = ++asked <= 1000 && !blocks_fence(x, holders, nholders);
+		TransactionIdAdvance(x);
+	}
+	pfree(holders);
+	return passed;
+}
+
+/*
  * A stored xid into *xid; false if it is NULL or not of this cluster (its
  * counter has not reached it: see the banner).
  */
@@ -158,7 +327,7 @@ oe_policy_skip_end(OeLane *lane, int64 gap_end, Snapshot snapshot, const char **
 		case OE_GAP_FENCE:
 			if (lane->has_fence && lane->fence_seq >= lane->range_end)
 			{
-				if (no_xid_below(snapshot, lane->fence_xid))
+				if (fence_passed(lane, snapshot))
 				{
 					*reason = "fence: every transaction that could fill it has ended";
 					return Min(gap_end, lane->fence_seq);

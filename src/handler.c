@@ -640,7 +640,8 @@ save_results(Step *step)
 static void
 derive_events(Step *step, TimestampTz step_start)
 {
-	OeStream	output = oe_stream_for_append(step->consumer->output_stream);
+	OeStream	output = oe_stream_for_append(step->consumer->output_stream,
+												  step->consumer->owner);
 	TimestampTz processing_ts = step_start;
 
 	if (step->consumer->align_processing)
@@ -755,9 +756,12 @@ process_step(const OeConsumer *consumer, int32 max_events, bool in_worker)
 	return step.nevents;
 }
 
-/* One processing step of a partition of the named handler consumer. */
+/*
+ * One processing step of a partition of the named handler consumer, which
+ * "caller" must own.
+ */
 static int64
-process_named(Datum name, int32 partition, int32 max_events, bool in_worker)
+process_named(Datum name, int32 partition, int32 max_events, bool in_worker, Oid caller)
 {
 	OeInternalScope scope;
 	OeConsumer	consumer;
@@ -765,6 +769,7 @@ process_named(Datum name, int32 partition, int32 max_events, bool in_worker)
 
 	oe_internal_begin(&scope, oe_relations()->owner);
 	oe_consumer_lookup(name, partition, &consumer);
+	oe_check_owner(caller, consumer.owner, "consumer", consumer.name);
 	if (consumer.handler == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
@@ -782,7 +787,8 @@ process_named(Datum name, int32 partition, int32 max_events, bool in_worker)
 int64
 oe_process_partition(const char *name, int32 partition, int32 max_events)
 {
-	return process_named(CStringGetTextDatum(name), partition, max_events, true);
+	return process_named(CStringGetTextDatum(name), partition, max_events, true,
+						 GetUserId());
 }
 
 /*
@@ -796,7 +802,8 @@ oe_process(PG_FUNCTION_ARGS)
 	int32		max_events = oe_consumer_args(fcinfo, "process() applies");
 
 	PreventCommandIfReadOnly("process()");
-	PG_RETURN_INT64(process_named(PG_GETARG_DATUM(0), PG_GETARG_INT32(2), max_events, false));
+	PG_RETURN_INT64(process_named(PG_GETARG_DATUM(0), PG_GETARG_INT32(2), max_events, false,
+								  GetUserId()));
 }
 
 /*

@@ -28,6 +28,8 @@
  * Locking: every ingest takes RowExclusiveLock on the event table before it
  * looks up the stream.  drop_stream() takes SHARE ROW EXCLUSIVE on it, so an
  * ingest either finishes before the drop or, having waited, sees the drop.
+ * An append also takes its stream's fence lock (gap_policy.c), shared, for
+ * its (sub)transaction, before it takes a seq; nothing waits for it.
  *
  *-------------------------------------------------------------------------
  */
@@ -330,11 +332,12 @@ error_null_argument(const char *name)
 /*
  * Look the stream up for writing; see the banner for the lock.  Pending
  * invalidations are read even when this transaction already holds the lock,
- * so a skip committed meanwhile is seen (its highest skipped seq).  "caller"
- * is ingest or append, which serve different gap policies.
+ * so a skip committed meanwhile is seen (its highest skipped seq).  "append"
+ * says whether append() or ingest() writes, which serve different gap
+ * policies; "writer" is the role that must have 'write' on the stream.
  */
 static OeStream
-stream_for_ingest(text *name, bool append)
+stream_for_ingest(text *name, bool append, Oid writer)
 {
 	OeStream	stream;
 
@@ -349,6 +352,7 @@ stream_for_ingest(text *name, bool append)
 	LockRelationOid(oe_relations()->event, RowExclusiveLock);
 	AcceptInvalidationMessages();
 	stream = oe_stream_or_error(name);
+	oe_check_stream_privilege(&stream, writer, OE_PRIV_WRITE);
 
 	if (append && stream.gap_policy != OE_GAP_FENCE)
 		ereport(ERROR,
@@ -393,21 +397,22 @@ oe_ingest(PG_FUNCTION_ARGS)
 		: PG_GETARG_TIMESTAMPTZ(5);
 	event.last_event = PG_ARGISNULL(6) ? false : PG_GETARG_BOOL(6);
 
-	stream = stream_for_ingest(PG_GETARG_TEXT_PP(0), false);
+	stream = stream_for_ingest(PG_GETARG_TEXT_PP(0), false, GetUserId());
 	PG_RETURN_DATUM(oe_outcome_datum(ingest_event(&stream, &event)));
 }
 
-/* A fence stream, looked up for appending to it (see stream_for_ingest). */
+/*
+ * A fence stream, looked up for appending to it as "writer" (see
+ * stream_for_ingest).
+ */
 OeStream
-oe_stream_for_append(text *name)
+oe_stream_for_append(text *name, Oid writer)
 {
-	return stream_for_ingest(name, true);
+	return stream_for_ingest(name, true, writer);
 }
 
 /*
  * Take the fence stream's next seq and write the event with it; returns the
- * seq.  The transaction gets its xid before it takes the seq, so that the
- * fence (release.c) can tell from running xids alone who may still hold a
  * seq.  append() and handlers' derived events (handler.c) come here.
  */
 int64
@@ -416,6 +421,17 @@ oe_append_event(const OeStream *stream, OeEvent *event)
 	OeOutcome	outcome;
 
 	oe_check_key(stream, event->key, NULL);
+
+	/*
+	 * The stream's fence lock, then the xid (stream_for_ingest() took it
+	 * already; asked again so that this function does not depend on it),
+	 * then the seq.  The fence (gap_policy.c) relies on both coming before
+	 * the seq: a transaction that holds a seq the fence read as allocated
+	 * has an xid below the fence's, and is among the lock's holders until it
+	 * ends (or the subtransaction that took the lock aborts, which kills the
+	 * seq).  Their order between them does not matter.
+	 */
+	oe_fence_lock(stream);
 	(void) GetTopTransactionId();
 	event->seq = nextval_internal(stream->fence_seq, false);
 	if (event->seq == PG_INT64_MAX)
@@ -458,7 +474,7 @@ oe_append(PG_FUNCTION_ARGS)
 	event.alignment_ts = GetCurrentTimestamp();
 	event.last_event = false;
 
-	stream = stream_for_ingest(PG_GETARG_TEXT_PP(0), true);
+	stream = stream_for_ingest(PG_GETARG_TEXT_PP(0), true, GetUserId());
 	PG_RETURN_INT64(oe_append_event(&stream, &event));
 }
 
@@ -528,7 +544,7 @@ oe_inbox_insert(PG_FUNCTION_ARGS)
 		stream = last->stream;
 	else
 	{
-		stream = stream_for_ingest(name, false);
+		stream = stream_for_ingest(name, false, GetUserId());
 		if (last == NULL)
 			fcinfo->flinfo->fn_extra = last =
 				MemoryContextAllocZero(fcinfo->flinfo->fn_mcxt, sizeof(InboxStream));
