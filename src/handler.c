@@ -770,6 +770,7 @@ process_named(Datum name, int32 partition, int32 max_events, bool in_worker, Oid
 	oe_internal_begin(&scope, oe_relations()->owner);
 	oe_consumer_lookup(name, partition, &consumer);
 	oe_check_owner(caller, consumer.owner, "consumer", consumer.name);
+	consumer.reader = consumer.owner;
 	if (consumer.handler == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_WRONG_OBJECT_TYPE),

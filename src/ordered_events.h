@@ -253,6 +253,8 @@ typedef struct OeConsumer
 	text	   *output_stream;	/* derived events go there; NULL: results */
 	bool		align_processing;	/* alignment 'processing' */
 	int			handler_timeout_ms; /* its own handler_timeout, -1: none */
+	Oid			reader;			/* who reads its streams ('read'): the owner,
+								 * or the caller of a consumer without one */
 } OeConsumer;
 
 /*
