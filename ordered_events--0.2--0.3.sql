@@ -163,15 +163,16 @@ COMMENT ON FUNCTION ordered_events.check_new_owner(text, text, regrole, regrole)
     'Internal: the error unless a role may give an object to another role';
 
 -- An acl with a privilege (INSERT or SELECT) of a grantee added or removed:
--- one item per grantee and privilege.
+-- one item per grantee and privilege; NULL when none is left, as for a new
+-- stream ('{}' has no dimension: aclexplode() and aclmask() reject it).
 CREATE FUNCTION ordered_events.acl_with(acl aclitem[], owner regrole, grantee regrole,
                                         privilege text, present boolean)
 RETURNS aclitem[]
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-SELECT coalesce(pg_catalog.array_agg(pg_catalog.makeaclitem(x.grantee, owner, x.privilege_type, false)
-                                     ORDER BY x.grantee, x.privilege_type), '{}')
+SELECT pg_catalog.array_agg(pg_catalog.makeaclitem(x.grantee, owner, x.privilege_type, false)
+                            ORDER BY x.grantee, x.privilege_type)
   FROM (SELECT a.grantee, a.privilege_type FROM pg_catalog.aclexplode(acl) a
          WHERE NOT (a.grantee = acl_with.grantee AND a.privilege_type = privilege)
         UNION
