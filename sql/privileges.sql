@@ -552,7 +552,7 @@ SELECT ordered_events.ingest('po_s', 14, 'k1');
 SELECT count(*) FROM ordered_events.released WHERE stream = 'po_s';
 SELECT ordered_events.subscribe('pc_o', 'po_t');
 SELECT has_stream_privilege AS may_read FROM ordered_events.has_stream_privilege('po_s', 'read');
--- 'read' is checked when subscribing: the subscription made with it stays
+-- 'read' is checked at every read too: the subscription made with it reads no more
 SELECT count(*) FROM ordered_events.peek('pc_o');
 SELECT ordered_events.drop_consumer('pc_o');
 RESET ROLE;
