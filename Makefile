@@ -21,6 +21,7 @@ OBJS = \
 	src/internal_query.o \
 	src/lane.o \
 	src/ordered_events.o \
+	src/privileges.o \
 	src/release.o \
 	src/shard.o \
 	src/shmem.o \

@@ -181,7 +181,7 @@ SELECT pg_temp.unchanged();
 --
 CREATE ROLE regress_oe_he_owner;
 GRANT USAGE ON SCHEMA ordered_events TO regress_oe_he_owner;
-GRANT EXECUTE ON FUNCTION ordered_events.create_consumer(text, integer, regprocedure, text, text)
+GRANT EXECUTE ON FUNCTION ordered_events.create_consumer(text, integer, regprocedure, text, text, interval)
     TO regress_oe_he_owner;
 CREATE FUNCTION public.he_private(state jsonb, e ordered_events.event) RETURNS ordered_events.step
 LANGUAGE sql AS $$ SELECT ROW(state, NULL)::ordered_events.step $$;
@@ -297,6 +297,7 @@ BEGIN
 END;
 $$;
 SELECT ordered_events.create_stream('he_acts');
+SELECT ordered_events.grant_stream('he_acts', 'read', 'regress_oe_he_owner');
 SELECT ordered_events.ingest('he_acts', a.n, 'k' || a.n, to_jsonb(a.word))
   FROM unnest('{whoami,sleep,role,temp,super,read,path,whoami}'::text[]) WITH ORDINALITY a(word, n)
  ORDER BY a.n;

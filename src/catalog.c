@@ -28,6 +28,7 @@
 #include "ordered_events.h"
 
 #include "access/htup_details.h"
+#include "access/xact.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_enum.h"
@@ -68,6 +69,7 @@ static OeRelations relations;
 static OeRelations building;	/* a rebuild in progress: its OIDs count too */
 static Oid	outcome_oids[OE_NUM_OUTCOMES];
 static HTAB *stream_cache = NULL;
+static MemoryContext stream_cache_cxt = NULL;	/* the hash and the acls */
 
 static OePlan stream_plan = {
 	"SELECT d.stream_id, d.sequencing = 'per_key', d.initial_sequence, "
@@ -75,7 +77,7 @@ static OePlan stream_plan = {
 	"  (SELECT max(g.gap_end) FROM ordered_events.gap_skips g "
 	"    WHERE g.stream_id = d.stream_id), "
 	"  pg_catalog.to_regclass(pg_catalog.format('ordered_events.fence_seq_%s', d.stream_id)), "
-	"  d.retains_events, d.sharded "
+	"  d.retains_events, d.sharded, d.owner, d.acl "
 	"FROM ordered_events.stream_def d WHERE d.stream = $1",
 	1, {TEXTOID}
 };
@@ -104,11 +106,23 @@ relcache_callback(Datum arg, Oid relid)
 		cache_epoch++;
 }
 
+/*
+ * Syscache callback of roles and role memberships: the privileges kept
+ * for roles may have changed.
+ */
+static void
+role_callback(Datum arg, int cacheid, uint32 hashvalue)
+{
+	cache_epoch++;
+}
+
 /* Called from _PG_init. */
 void
 oe_catalog_init(void)
 {
 	CacheRegisterRelcacheCallback(relcache_callback, (Datum) 0);
+	CacheRegisterSyscacheCallback(AUTHOID, role_callback, (Datum) 0);
+	CacheRegisterSyscacheCallback(AUTHMEMROLEMEM, role_callback, (Datum) 0);
 }
 
 static void
@@ -214,6 +228,14 @@ read_relations(OeRelations *rels, Oid *outcomes)
 	rels->handler_result = relation_oid(schema, "handler_result");
 	rels->result_position_seq = relation_oid(schema, "result_position_seq");
 	rels->owner = relation_owner(rels->stream_def);
+	/* 0.3's streams have an owner and privileges */
+	if (get_attnum(rels->stream_def, "acl") == InvalidAttrNumber)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("the objects of extension \"ordered_events\" are not those of library version %s",
+						OE_LIBRARY_VERSION),
+				 errdetail("Column %s.stream_def.acl is missing.", OE_SCHEMA),
+				 errhint("Run ALTER EXTENSION ordered_events UPDATE.")));
 	rels->outcome_type = GetSysCacheOid2(TYPENAMENSP, Anum_pg_type_oid,
 										 CStringGetDatum("outcome"),
 										 ObjectIdGetDatum(schema));
@@ -251,24 +273,26 @@ refresh_cache(void)
 		uint64		epoch = cache_epoch;
 		Oid			outcomes[OE_NUM_OUTCOMES];
 		HASHCTL		ctl;
-		HTAB	   *streams;
+		MemoryContext cxt;
 
 		read_relations(&building, outcomes);
 
+		cxt = AllocSetContextCreate(CacheMemoryContext, "ordered_events streams",
+									ALLOCSET_SMALL_SIZES);
 		memset(&ctl, 0, sizeof(ctl));
 		ctl.keysize = NAMEDATALEN;
 		ctl.entrysize = sizeof(OeStream);
-		ctl.hcxt = CacheMemoryContext;
-		streams = hash_create("ordered_events streams", 16, &ctl,
-							  HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
+		ctl.hcxt = cxt;
 
 		/* Complete: swap it in. */
 		relations = building;
 		memset(&building, 0, sizeof(building));
 		memcpy(outcome_oids, outcomes, sizeof(outcome_oids));
-		if (stream_cache != NULL)
-			hash_destroy(stream_cache);
-		stream_cache = streams;
+		if (stream_cache_cxt != NULL)
+			MemoryContextDelete(stream_cache_cxt);
+		stream_cache_cxt = cxt;
+		stream_cache = hash_create("ordered_events streams", 16, &ctl,
+								   HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
 		built_epoch = epoch;
 	}
 }
@@ -323,7 +347,10 @@ gap_policy_from_name(const char *name)
 	return OE_GAP_WAIT;			/* keep compiler quiet */
 }
 
-/* Read one stream definition with the latest snapshot; false if missing. */
+/*
+ * Read one stream definition with the latest snapshot (in a parallel query,
+ * which cannot take one, with its own); false if missing.
+ */
 static bool
 read_stream(const char *name, OeStream *stream)
 {
@@ -332,7 +359,11 @@ read_stream(const char *name, OeStream *stream)
 	bool		found;
 
 	oe_internal_begin(&scope, oe_relations()->owner);
-	oe_run_plan_latest(&stream_plan, &arg, NULL);
+	/* A view's may_read_stream() may run in a parallel query's leader. */
+	if (IsInParallelMode())
+		oe_run_plan(&stream_plan, &arg, NULL, SPI_OK_SELECT);
+	else
+		oe_run_plan_latest(&stream_plan, &arg, NULL);
 	found = (SPI_processed == 1);
 	if (found)
 	{
@@ -353,6 +384,15 @@ read_stream(const char *name, OeStream *stream)
 		stream->fence_seq = isnull ? InvalidOid : DatumGetObjectId(value);
 		stream->retains_events = DatumGetBool(oe_result(0, 8, &isnull));
 		stream->sharded = DatumGetBool(oe_result(0, 9, &isnull));
+		stream->owner = DatumGetObjectId(oe_result(0, 10, &isnull));
+		value = oe_result(0, 11, &isnull);
+		if (!isnull)
+		{
+			MemoryContext old = MemoryContextSwitchTo(stream_cache_cxt);
+
+			stream->acl = DatumGetAclPCopy(value);
+			MemoryContextSwitchTo(old);
+		}
 	}
 	oe_internal_end(&scope);
 	return found;
@@ -391,6 +431,46 @@ oe_lookup_stream(const char *name, OeStream *stream)
 			*(OeStream *) hash_search(stream_cache, name, HASH_ENTER, NULL) = *stream;
 		return found;
 	}
+}
+
+/*
+ * The privileges of "role" on a stream: all of them for a role that acts
+ * as its owner, else what its acl grants the role, its groups and PUBLIC.
+ * Worked out once per stream and role, in the stream's cache entry.
+ */
+AclMode
+oe_stream_privileges(const OeStream *stream, Oid role)
+{
+	const AclMode all = OE_PRIV_WRITE | OE_PRIV_READ;
+	OeStream   *entry;
+
+	if (stream->priv_role == role && OidIsValid(role))
+		return stream->priv_mask;
+	refresh_cache();
+	entry = hash_search(stream_cache, stream->name, HASH_FIND, NULL);
+	if (entry == NULL || entry->stream_id != stream->stream_id)
+	{
+		OeStream	fresh;
+
+		/* Rebuilt since the caller's lookup: into the cache again. */
+		if (!oe_lookup_stream(stream->name, &fresh) || fresh.stream_id != stream->stream_id)
+			return 0;			/* dropped meanwhile */
+		entry = hash_search(stream_cache, stream->name, HASH_FIND, NULL);
+		if (entry == NULL)
+			return 0;
+	}
+	if (entry->priv_role != role || !OidIsValid(role))
+	{
+		/* Role lookups only queue invalidations: the entry stays. */
+		if (has_privs_of_role(role, entry->owner))
+			entry->priv_mask = all;
+		else if (entry->acl != NULL)
+			entry->priv_mask = aclmask(entry->acl, role, entry->owner, all, ACLMASK_ALL);
+		else
+			entry->priv_mask = 0;
+		entry->priv_role = role;
+	}
+	return entry->priv_mask;
 }
 
 /* Look a stream up by name, or raise undefined_object: the one message. */

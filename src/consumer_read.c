@@ -66,7 +66,8 @@ static OePlan plans[] = {
 		"SELECT c.consumer_id, c.partitions, c.handler, c.owner, "
 		"  (SELECT d.stream FROM ordered_events.stream_def d "
 		"    WHERE d.stream_id = c.output_stream_id), "
-		"  c.alignment = 'processing', c.handler_owner, pg_catalog.to_regprocedure(c.handler) "
+		"  c.alignment = 'processing', c.handler_owner, pg_catalog.to_regprocedure(c.handler), "
+		"  (extract(epoch FROM c.handler_timeout) * 1000)::integer "
 		"FROM ordered_events.consumer_or_error($1) c",
 		1, {TEXTOID}, CURSOR_OPT_GENERIC_PLAN
 	},
@@ -183,6 +184,7 @@ typedef struct Reader
 /* What one read() or peek() reads with. */
 typedef struct ReadContext
 {
+	Oid			reader;			/* must have 'read' on every stream */
 	int32		consumer_id;
 	int32		partitions;
 	int32		partition;
@@ -454,6 +456,19 @@ compare_heads(Datum a, Datum b, void *arg)
 	return 0;
 }
 
+/*
+ * Fail unless the consumer's reader may still read the stream: a revoked
+ * 'read' stops the reads, as it stops subscribing.
+ */
+static void
+check_read_privilege(const ReadContext *cx, text *name)
+{
+	OeStream	stream;
+
+	if (oe_lookup_stream(text_to_cstring(name), &stream))
+		oe_check_stream_privilege(&stream, cx->reader, OE_PRIV_READ);
+}
+
 /* The consumer's subscriptions in this partition, as readers. */
 static List *
 load_readers(ReadContext *cx)
@@ -477,6 +492,7 @@ load_readers(ReadContext *cx)
 
 		r->stream_id = DatumGetInt32(SPI_getbinval(row, desc, 1, &isnull));
 		r->stream = DatumGetTextPCopy(SPI_getbinval(row, desc, 2, &isnull));
+		check_read_privilege(cx, r->stream);
 		r->head.stream_id = r->stream_id;
 		r->head.stream = r->stream;
 		r->per_key = DatumGetBool(SPI_getbinval(row, desc, 3, &isnull));
@@ -591,17 +607,22 @@ oe_consumer_lookup(Datum name, int32 partition, OeConsumer *consumer)
 	consumer->consumer_id = DatumGetInt32(oe_result(0, 1, &isnull));
 	consumer->partitions = DatumGetInt32(oe_result(0, 2, &isnull));
 	consumer->partition = partition;
+	value = oe_result(0, 4, &isnull);
+	consumer->owner = isnull ? InvalidOid : DatumGetObjectId(value);
+	consumer->handler_timeout_ms = -1;
 	value = oe_result(0, 3, &isnull);
 	if (!isnull)
 	{
 		consumer->handler = TextDatumGetCString(value);
-		consumer->owner = DatumGetObjectId(oe_result(0, 4, &isnull));
 		value = oe_result(0, 5, &isnull);
 		consumer->output_stream = isnull ? NULL : DatumGetTextPCopy(value);
 		consumer->align_processing = DatumGetBool(oe_result(0, 6, &isnull));
 		consumer->handler_owner = DatumGetObjectId(oe_result(0, 7, &isnull));
 		value = oe_result(0, 8, &isnull);
 		consumer->handler_fn = isnull ? InvalidOid : DatumGetObjectId(value);
+		value = oe_result(0, 9, &isnull);
+		if (!isnull)
+			consumer->handler_timeout_ms = DatumGetInt32(value);
 	}
 	if (partition < 0 || partition >= consumer->partitions)
 		ereport(ERROR,
@@ -628,6 +649,7 @@ oe_consumer_take(const OeConsumer *consumer, int32 max_events, bool consume,
 	ListCell   *lc;
 	int32		taken;
 
+	cx.reader = consumer->reader;
 	cx.consumer_id = consumer->consumer_id;
 	cx.partitions = consumer->partitions;
 	cx.partition = consumer->partition;
@@ -712,6 +734,7 @@ oe_consumer_args(FunctionCallInfo fcinfo, const char *takes)
 static Datum
 read_consumer(FunctionCallInfo fcinfo, bool consume)
 {
+	Oid			caller = GetUserId();
 	OeConsumer	consumer;
 	OeInternalScope scope;
 	int32		max_events;
@@ -724,6 +747,8 @@ read_consumer(FunctionCallInfo fcinfo, bool consume)
 
 	oe_internal_begin(&scope, oe_relations()->owner);
 	oe_consumer_lookup(PG_GETARG_DATUM(0), PG_GETARG_INT32(2), &consumer);
+	oe_check_owner(caller, consumer.owner, "consumer", consumer.name);
+	consumer.reader = OidIsValid(consumer.owner) ? consumer.owner : caller;
 	if (consumer.handler != NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_WRONG_OBJECT_TYPE),

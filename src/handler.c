@@ -60,8 +60,8 @@ enum
 
 static OePlan plans[] = {
 	[PLAN_DEFINE] = {
-		"SELECT ordered_events.define_consumer($1, $2, $3, $4, $5, $6)",
-		6, {TEXTOID, INT4OID, REGPROCEDUREOID, TEXTOID, TEXTOID, REGROLEOID}
+		"SELECT ordered_events.define_consumer($1, $2, $3, $4, $5, $6, $7)",
+		7, {TEXTOID, INT4OID, REGPROCEDUREOID, TEXTOID, TEXTOID, INTERVALOID, REGROLEOID}
 	},
 	/* The row of each key that has one, to update in place. */
 	[PLAN_LOAD_STATES] = {
@@ -640,7 +640,8 @@ save_results(Step *step)
 static void
 derive_events(Step *step, TimestampTz step_start)
 {
-	OeStream	output = oe_stream_for_append(step->consumer->output_stream);
+	OeStream	output = oe_stream_for_append(step->consumer->output_stream,
+												  step->consumer->owner);
 	TimestampTz processing_ts = step_start;
 
 	if (step->consumer->align_processing)
@@ -755,9 +756,12 @@ process_step(const OeConsumer *consumer, int32 max_events, bool in_worker)
 	return step.nevents;
 }
 
-/* One processing step of a partition of the named handler consumer. */
+/*
+ * One processing step of a partition of the named handler consumer, which
+ * "caller" must own.
+ */
 static int64
-process_named(Datum name, int32 partition, int32 max_events, bool in_worker)
+process_named(Datum name, int32 partition, int32 max_events, bool in_worker, Oid caller)
 {
 	OeInternalScope scope;
 	OeConsumer	consumer;
@@ -765,6 +769,8 @@ process_named(Datum name, int32 partition, int32 max_events, bool in_worker)
 
 	oe_internal_begin(&scope, oe_relations()->owner);
 	oe_consumer_lookup(name, partition, &consumer);
+	oe_check_owner(caller, consumer.owner, "consumer", consumer.name);
+	consumer.reader = consumer.owner;
 	if (consumer.handler == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
@@ -782,7 +788,8 @@ process_named(Datum name, int32 partition, int32 max_events, bool in_worker)
 int64
 oe_process_partition(const char *name, int32 partition, int32 max_events)
 {
-	return process_named(CStringGetTextDatum(name), partition, max_events, true);
+	return process_named(CStringGetTextDatum(name), partition, max_events, true,
+						 GetUserId());
 }
 
 /*
@@ -796,12 +803,13 @@ oe_process(PG_FUNCTION_ARGS)
 	int32		max_events = oe_consumer_args(fcinfo, "process() applies");
 
 	PreventCommandIfReadOnly("process()");
-	PG_RETURN_INT64(process_named(PG_GETARG_DATUM(0), PG_GETARG_INT32(2), max_events, false));
+	PG_RETURN_INT64(process_named(PG_GETARG_DATUM(0), PG_GETARG_INT32(2), max_events, false,
+								  GetUserId()));
 }
 
 /*
  * create_consumer(consumer text, partitions integer, handler regprocedure,
- * output_stream text, alignment text) returns void
+ * output_stream text, alignment text, handler_timeout interval) returns void
  *
  * The calling role becomes the handler's owner; define_consumer() does
  * the rest as the owner of the extension's tables.
@@ -812,19 +820,19 @@ oe_create_consumer(PG_FUNCTION_ARGS)
 {
 	Oid			caller = GetUserId();
 	OeInternalScope scope;
-	Datum		values[6];
-	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
+	Datum		values[7];
+	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
 
 	oe_check_not_null(fcinfo, 0, "consumer");
 	oe_check_not_null(fcinfo, 1, "partitions");
 	oe_check_not_null(fcinfo, 4, "alignment");
-	for (int i = 0; i < 5; i++)
+	for (int i = 0; i < 6; i++)
 	{
 		values[i] = PG_GETARG_DATUM(i);
 		if (PG_ARGISNULL(i))
 			nulls[i] = 'n';
 	}
-	values[5] = ObjectIdGetDatum(caller);
+	values[6] = ObjectIdGetDatum(caller);
 
 	oe_internal_begin(&scope, oe_relations()->owner);
 	oe_run_plan(&plans[PLAN_DEFINE], values, nulls, SPI_OK_SELECT);

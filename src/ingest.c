@@ -332,11 +332,12 @@ error_null_argument(const char *name)
 /*
  * Look the stream up for writing; see the banner for the lock.  Pending
  * invalidations are read even when this transaction already holds the lock,
- * so a skip committed meanwhile is seen (its highest skipped seq).  "caller"
- * is ingest or append, which serve different gap policies.
+ * so a skip committed meanwhile is seen (its highest skipped seq).  "append"
+ * says whether append() or ingest() writes, which serve different gap
+ * policies; "writer" is the role that must have 'write' on the stream.
  */
 static OeStream
-stream_for_ingest(text *name, bool append)
+stream_for_ingest(text *name, bool append, Oid writer)
 {
 	OeStream	stream;
 
@@ -351,6 +352,7 @@ stream_for_ingest(text *name, bool append)
 	LockRelationOid(oe_relations()->event, RowExclusiveLock);
 	AcceptInvalidationMessages();
 	stream = oe_stream_or_error(name);
+	oe_check_stream_privilege(&stream, writer, OE_PRIV_WRITE);
 
 	if (append && stream.gap_policy != OE_GAP_FENCE)
 		ereport(ERROR,
@@ -395,15 +397,18 @@ oe_ingest(PG_FUNCTION_ARGS)
 		: PG_GETARG_TIMESTAMPTZ(5);
 	event.last_event = PG_ARGISNULL(6) ? false : PG_GETARG_BOOL(6);
 
-	stream = stream_for_ingest(PG_GETARG_TEXT_PP(0), false);
+	stream = stream_for_ingest(PG_GETARG_TEXT_PP(0), false, GetUserId());
 	PG_RETURN_DATUM(oe_outcome_datum(ingest_event(&stream, &event)));
 }
 
-/* A fence stream, looked up for appending to it (see stream_for_ingest). */
+/*
+ * A fence stream, looked up for appending to it as "writer" (see
+ * stream_for_ingest).
+ */
 OeStream
-oe_stream_for_append(text *name)
+oe_stream_for_append(text *name, Oid writer)
 {
-	return stream_for_ingest(name, true);
+	return stream_for_ingest(name, true, writer);
 }
 
 /*
@@ -469,7 +474,7 @@ oe_append(PG_FUNCTION_ARGS)
 	event.alignment_ts = GetCurrentTimestamp();
 	event.last_event = false;
 
-	stream = stream_for_ingest(PG_GETARG_TEXT_PP(0), true);
+	stream = stream_for_ingest(PG_GETARG_TEXT_PP(0), true, GetUserId());
 	PG_RETURN_INT64(oe_append_event(&stream, &event));
 }
 
@@ -539,7 +544,7 @@ oe_inbox_insert(PG_FUNCTION_ARGS)
 		stream = last->stream;
 	else
 	{
-		stream = stream_for_ingest(name, false);
+		stream = stream_for_ingest(name, false, GetUserId());
 		if (last == NULL)
 			fcinfo->flinfo->fn_extra = last =
 				MemoryContextAllocZero(fcinfo->flinfo->fn_mcxt, sizeof(InboxStream));

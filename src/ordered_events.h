@@ -22,6 +22,7 @@
 #include "storage/latch.h"
 #include "storage/lwlock.h"
 #include "storage/spin.h"
+#include "utils/acl.h"
 #include "utils/jsonb.h"
 #include "utils/snapshot.h"
 
@@ -123,7 +124,16 @@ typedef struct OeStream
 	bool		retains_events; /* a retention may have deleted released events */
 	bool		sharded;		/* a global stream whose range a router sets */
 	Oid			fence_seq;		/* sequence append() takes seqs from */
+	Oid			owner;			/* the role that created it */
+	Acl		   *acl;			/* what its owner granted; read from the
+								 * cache entry only (see catalog.c) */
+	Oid			priv_role;		/* the role priv_mask was worked out for */
+	AclMode		priv_mask;		/* ... its privileges on the stream */
 } OeStream;
+
+/* The privileges of a stream, as the bits of stream_def.acl (privileges.c). */
+#define OE_PRIV_WRITE		ACL_INSERT
+#define OE_PRIV_READ		ACL_SELECT
 
 /* The OIDs of the extension's objects in the current database. */
 typedef struct OeRelations
@@ -236,10 +246,15 @@ typedef struct OeConsumer
 	int32		partition;		/* the one being read */
 	const char *handler;		/* signature, NULL without a handler */
 	Oid			handler_fn;		/* the function of that signature now, if any */
-	Oid			owner;			/* the handler runs as this role */
+	Oid			owner;			/* its owner, InvalidOid for none (0.2's
+								 * consumers without a handler); a handler
+								 * runs as this role */
 	Oid			handler_owner;	/* who owned the handler at creation */
 	text	   *output_stream;	/* derived events go there; NULL: results */
 	bool		align_processing;	/* alignment 'processing' */
+	int			handler_timeout_ms; /* its own handler_timeout, -1: none */
+	Oid			reader;			/* who reads its streams ('read'): the owner,
+								 * or the caller of a consumer without one */
 } OeConsumer;
 
 /*
@@ -366,8 +381,15 @@ extern void oe_check_key(const OeStream *stream, text *key, const int64 *seq);
 extern text *oe_lane_of(const OeStream *stream, text *key);
 extern List *oe_all_streams(void);
 extern List *oe_stream_names(const char *query, MemoryContext result_context);
+extern AclMode oe_stream_privileges(const OeStream *stream, Oid role);
 extern Datum oe_outcome_datum(OeOutcome outcome);
 extern const char *oe_outcome_name(OeOutcome outcome);
+
+/* privileges.c */
+extern bool oe_acts_as_owner(Oid role, Oid owner);
+extern void oe_check_owner(Oid role, Oid owner, const char *kind, const char *name);
+extern bool oe_stream_privilege(const OeStream *stream, Oid role, AclMode mode);
+extern void oe_check_stream_privilege(const OeStream *stream, Oid role, AclMode mode);
 
 /* internal_query.c */
 extern const char *const oe_safe_search_path;
@@ -437,7 +459,7 @@ extern void oe_settle_runs(const OeStream *stream);
 extern void oe_fence_lock(const OeStream *stream);
 
 /* ingest.c */
-extern OeStream oe_stream_for_append(text *name);
+extern OeStream oe_stream_for_append(text *name, Oid writer);
 extern int64 oe_append_event(const OeStream *stream, OeEvent *event);
 
 /* release.c */

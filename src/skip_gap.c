@@ -104,6 +104,7 @@ oe_skip_gap(PG_FUNCTION_ARGS)
 	check_null_arguments(fcinfo);
 	PreventCommandIfReadOnly("skip_gap()");
 	stream = oe_stream_or_error(PG_GETARG_TEXT_PP(0));
+	oe_check_owner(GetUserId(), stream.owner, "stream", stream.name);
 	if (stream.sharded)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),

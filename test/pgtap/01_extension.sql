@@ -65,6 +65,8 @@ SELECT functions_are('ordered_events', ARRAY[
     'key_partition',
     -- handlers
     'process',
+    -- owners and privileges (0.3)
+    'grant_stream', 'revoke_stream', 'has_stream_privilege', 'alter_consumer',
     -- internal
     'blocking_transactions', 'check_handler', 'check_not_null', 'check_release_options',
     'check_retention', 'committed_position', 'compact_stream', 'consumer_or_error',
@@ -73,30 +75,34 @@ SELECT functions_are('ordered_events', ARRAY[
     'inbox_insert', 'invalid_option', 'lag_us', 'lock_streams', 'output_stream_or_error',
     'read_here', 'stream_def_changed',
     'start_retaining', 'stream_id', 'stream_or_error', 'streams_to_compact', 'streams_with_work',
-    'worker_loaded', 'worker_report'],
-    'schema ordered_events has exactly the functions of 0.2');
+    'worker_loaded', 'worker_report',
+    'acl_with', 'alter_consumer_as', 'alter_stream_as', 'check_handler_timeout', 'check_new_owner',
+    'check_no_cycle', 'check_owner', 'check_stream_privilege', 'create_stream_as',
+    'drop_consumer_as', 'drop_stream_as', 'grant_stream_as', 'may_read_stream',
+    'revoke_stream_as', 'subscribe_as', 'unsubscribe_as'],
+    'schema ordered_events has exactly the functions of 0.3');
 SELECT tables_are('ordered_events', ARRAY[
     'unprocessed',
     -- internal
     'stream_def', 'event_store', 'progress', 'lane_release_log', 'gap_skips', 'key_arrivals',
     'release_totals', 'consumer_def', 'subscription', 'handler_state', 'handler_result',
     'key_counters', 'deleted_totals'],
-    'schema ordered_events has exactly the tables of 0.2');
+    'schema ordered_events has exactly the tables of 0.3');
 SELECT views_are('ordered_events', ARRAY[
     'streams', 'inbox', 'released', 'pending', 'ranges', 'key_status', 'stream_stats',
     'worker_status', 'skipped_gaps', 'consumers', 'key_state', 'results', 'metrics',
     -- internal
     'accepted_events'],
-    'schema ordered_events has exactly the views of 0.2');
+    'schema ordered_events has exactly the views of 0.3');
 SELECT sequences_are('ordered_events', ARRAY['stream_id_seq', 'arrival_seq', 'consumer_id_seq',
                                              'result_position_seq'],
-    'schema ordered_events has exactly the sequences of 0.2 (no fence stream exists)');
+    'schema ordered_events has exactly the sequences of 0.3 (no fence stream exists)');
 
 -- The types of the schema: the enums and the handlers' composite types
 -- (the row types of the tables and views are not counted).
 SELECT types_are('ordered_events', ARRAY['outcome', 'sequencing', 'gap_policy', 'event', 'step',
     'compacted_run'],
-    'schema ordered_events has exactly the types of 0.2');
+    'schema ordered_events has exactly the types of 0.3');
 
 -- outcome: the labels of the contract, in order.
 SELECT has_enum('ordered_events', 'outcome', 'enum ordered_events.outcome exists');

@@ -26,10 +26,11 @@ INSERT INTO contract_function VALUES
     'dead_letter_retention interval DEFAULT NULL::interval',
     'void'),
 (2, 'alter_stream',
-    '{text,text,interval,integer,interval,interval,boolean}', 'void', 'volatile',
+    '{text,text,interval,integer,interval,interval,boolean,regrole}', 'void', 'volatile',
     'stream text, gap_policy text DEFAULT NULL::text, gap_timeout interval DEFAULT NULL::interval, '
     'max_release_batch integer DEFAULT NULL::integer, retention interval DEFAULT NULL::interval, '
-    'dead_letter_retention interval DEFAULT NULL::interval, keep_forever boolean DEFAULT false',
+    'dead_letter_retention interval DEFAULT NULL::interval, keep_forever boolean DEFAULT false, '
+    'owner regrole DEFAULT NULL::regrole',
     'void'),
 (3, 'drop_stream',
     '{text}', 'void', 'volatile',

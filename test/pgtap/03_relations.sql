@@ -3,7 +3,7 @@
 -- has exactly the contract's columns, in the contract's order, with their
 -- types.
 BEGIN;
-SELECT plan(136);
+SELECT plan(138);
 
 CREATE TEMP TABLE contract_column (
     rel name NOT NULL,
@@ -42,6 +42,8 @@ INSERT INTO contract_column (rel, pos, col, typ) VALUES
     ('streams', 7, 'created_at', 'timestamp with time zone'),
     ('streams', 8, 'retention', 'interval'),
     ('streams', 9, 'dead_letter_retention', 'interval'),
+    ('streams', 10, 'owner', 'regrole'),          -- 0.3
+    ('streams', 11, 'privileges', 'aclitem[]'),   -- 0.3
 
     ('inbox', 1, 'stream', 'text'),
     ('inbox', 2, 'seq', 'bigint'),

@@ -9,7 +9,7 @@
 -- of create_consumer (section 5) are in 07_handlers.sql.  Concurrency is in
 -- test/isolation/specs/consumer_*.spec.
 BEGIN;
-SELECT plan(209);
+SELECT plan(210);
 
 ------------------------------------------------------------------------
 -- Signatures: 7 functions x 7 tests = 49
@@ -25,9 +25,10 @@ CREATE TEMP TABLE contract_function (
 ) ON COMMIT DROP;
 
 INSERT INTO contract_function VALUES
-(1, 'create_consumer', '{text,integer,regprocedure,text,text}', 'void', 'volatile',
+(1, 'create_consumer', '{text,integer,regprocedure,text,text,interval}', 'void', 'volatile',
     'consumer text, partitions integer DEFAULT 1, handler regprocedure DEFAULT NULL::regprocedure, '
-    'output_stream text DEFAULT NULL::text, alignment text DEFAULT ''inherit''::text', 'void'),
+    'output_stream text DEFAULT NULL::text, alignment text DEFAULT ''inherit''::text, '
+    'handler_timeout interval DEFAULT NULL::interval', 'void'),
 (2, 'drop_consumer', '{text}', 'void', 'volatile',
     'consumer text', 'void'),
 (3, 'subscribe', '{text,text,interval,text}', 'void', 'volatile',
@@ -98,7 +99,8 @@ INSERT INTO contract_column VALUES
     (6, 'unread_count', 'bigint'),
     (7, 'bias', 'interval'),
     (8, 'oldest_unread_at', 'timestamp with time zone'),
-    (9, 'last_read_at', 'timestamp with time zone');
+    (9, 'last_read_at', 'timestamp with time zone'),
+    (10, 'owner', 'regrole');                 -- 0.3
 
 SELECT has_view('ordered_events', 'consumers', 'view ordered_events.consumers exists');
 SELECT columns_are('ordered_events', 'consumers',
@@ -309,7 +311,7 @@ SELECT throws_ok($$SELECT ordered_events.unsubscribe('tap_cons_gone', 'tap_cons_
 SELECT function_privs_are('ordered_events', f.name, f.args, 'public', f.privs,
            format('PUBLIC %s execute %s', CASE WHEN f.privs = '{}' THEN 'may not' ELSE 'may' END,
                   f.name))
-  FROM (VALUES (1, 'create_consumer'::name, '{text,integer,regprocedure,text,text}'::name[], '{}'::name[]),
+  FROM (VALUES (1, 'create_consumer'::name, '{text,integer,regprocedure,text,text,interval}'::name[], '{}'::name[]),
                (2, 'drop_consumer', '{text}', '{}'),
                (3, 'subscribe', '{text,text,interval,text}', '{}'),
                (4, 'unsubscribe', '{text,text}', '{}'),

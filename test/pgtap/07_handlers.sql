@@ -24,9 +24,10 @@ CREATE TEMP TABLE contract_function (
 INSERT INTO contract_function VALUES
 (1, 'process', '{text,integer,integer}', 'bigint', 'volatile',
     'consumer text, max_events integer DEFAULT 1000, partition integer DEFAULT 0', 'bigint'),
-(2, 'create_consumer', '{text,integer,regprocedure,text,text}', 'void', 'volatile',
+(2, 'create_consumer', '{text,integer,regprocedure,text,text,interval}', 'void', 'volatile',
     'consumer text, partitions integer DEFAULT 1, handler regprocedure DEFAULT NULL::regprocedure, '
-    'output_stream text DEFAULT NULL::text, alignment text DEFAULT ''inherit''::text', 'void');
+    'output_stream text DEFAULT NULL::text, alignment text DEFAULT ''inherit''::text, '
+    'handler_timeout interval DEFAULT NULL::interval', 'void');
 
 SELECT has_function('ordered_events', f.name, f.argtypes,
            format('function %s(%s) exists', f.name, array_to_string(f.argtypes, ', ')))

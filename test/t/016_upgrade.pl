@@ -2,7 +2,7 @@
 # ALTER EXTENSION ordered_events UPDATE from 0.1, on a database that holds
 # data of every kind: nothing is lost or changed, the new library refuses
 # the old objects with a hint until the update (never crashes on them), and
-# the update brings 0.2's rules.
+# the update brings 0.2's rules, then 0.3's.
 #
 # The 0.2 library cannot write 0.1's tables, so the 0.1 state is written
 # into them directly: exactly the rows 0.1's ingest(), append(), release()
@@ -133,19 +133,37 @@ is($global_key_status,
 is($per_key_status, 'k/a/1/1/3/3/2/1/0/f k/b/2/0///3/2/0/t',
 	'0.1 key_status of the per-key stream');
 
-# The 0.2 library refuses the 0.1 objects, with the way out.
+# The 0.3 library refuses the 0.1 objects, and those of 0.2, with the way
+# out; the chain goes through 0.2.
+my $refused = qr/ERROR:  55000: the objects of extension "ordered_events" are not those of library version 0\.3\n.*\nHINT:  Run ALTER EXTENSION ordered_events UPDATE\./;
 my ($ret, $stdout, $stderr) = $node->psql('postgres', q{
 	\set VERBOSITY verbose
 	SELECT ordered_events.ingest('g', 11, 'k')});
-like($stderr, qr/ERROR:  55000: the objects of extension "ordered_events" are not those of library version 0\.2\n.*\nHINT:  Run ALTER EXTENSION ordered_events UPDATE\./,
-	'before the update, the new library refuses to write, with a hint');
+like($stderr, $refused, 'before the update, the new library refuses to write, with a hint');
 is($node->safe_psql('postgres', $state_sql), $before, '... and changes nothing');
+
+$node->safe_psql('postgres', q{ALTER EXTENSION ordered_events UPDATE TO '0.2'});
+is($node->safe_psql('postgres',
+	q{SELECT extversion FROM pg_extension WHERE extname = 'ordered_events'}),
+	'0.2', 'updated to 0.2');
+($ret, $stdout, $stderr) = $node->psql('postgres', q{
+	\set VERBOSITY verbose
+	SELECT ordered_events.ingest('g', 11, 'k')});
+like($stderr, $refused, 'at 0.2, the 0.3 library refuses to write, with a hint');
 
 $node->safe_psql('postgres', 'ALTER EXTENSION ordered_events UPDATE');
 is($node->safe_psql('postgres',
 	q{SELECT extversion FROM pg_extension WHERE extname = 'ordered_events'}),
-	'0.2', 'updated to 0.2');
+	'0.3', 'updated to 0.3');
 is($node->safe_psql('postgres', $state_sql), $before, 'every event, dead letter, skip and counter is kept');
+
+# 0.3: the streams of 0.2 belong to the extension's owner and let PUBLIC
+# read and write them, so 0.1's producer goes on (below).
+is($node->safe_psql('postgres', q{
+	SELECT string_agg(format('%s/%s/%s', stream, owner, privileges), ' ' ORDER BY stream)
+	  FROM ordered_events.streams}),
+	'f/postgres/{=r/postgres,=a/postgres} g/postgres/{=r/postgres,=a/postgres} k/postgres/{=r/postgres,=a/postgres}',
+	'0.2 streams: owned by the extension owner, read and write for PUBLIC');
 
 # The update filled each lane's last released seq: the last event below its
 # range_end (g: 6, the skipped 4 and the pending 9 are not; b: 2, its last).
@@ -176,8 +194,8 @@ is($node->safe_psql('postgres', q{
 	       has_function_privilege('public', 'ordered_events.worker_report()', 'EXECUTE'),
 	       has_function_privilege('public', 'ordered_events.inbox_insert()', 'EXECUTE'),
 	       (SELECT prosecdef FROM pg_proc WHERE oid = 'ordered_events.blockers(text)'::regprocedure),
-	       (SELECT prosecdef FROM pg_proc WHERE oid = 'ordered_events.drop_stream(text)'::regprocedure)}),
-	'f|f|f|f|t', 'the producer may no longer forge dead letters; internal functions are not PUBLIC');
+	       has_function_privilege('public', 'ordered_events.drop_stream_as(text, regrole)', 'EXECUTE')}),
+	'f|f|f|f|f', 'the producer may no longer forge dead letters; internal functions are not PUBLIC');
 
 # worker_status_internal() became worker_report() (issue 13): the 0.1
 # monitor, granted the old function, still reads worker_status with its new

@@ -35,12 +35,14 @@ $node->safe_psql('postgres', q{
 	CREATE ROLE alice LOGIN;
 	CREATE SCHEMA alice_s AUTHORIZATION alice;
 	GRANT USAGE ON SCHEMA ordered_events TO alice;
-	GRANT EXECUTE ON FUNCTION ordered_events.create_consumer(text, integer, regprocedure, text, text),
+	GRANT EXECUTE ON FUNCTION ordered_events.create_consumer(text, integer, regprocedure, text, text, interval),
 	                          ordered_events.subscribe(text, text, interval, text) TO alice;
 	CREATE TABLE public.secret (v text);
 	INSERT INTO public.secret VALUES ('s1'), ('s2');
 	SELECT ordered_events.create_stream('s');
 	SELECT ordered_events.create_stream('l');
+	-- 0.3: alice's consumers read the streams through her 'read'
+	SELECT ordered_events.grant_stream(s, 'read', 'alice') FROM unnest(ARRAY['s', 'l']) s;
 });
 
 # alice's handler: for payload {"try": t} it attempts t, then counts the

@@ -43,13 +43,17 @@ $source->safe_psql('postgres', q{
 	CREATE ROLE owner1;
 	CREATE ROLE owner2;
 	GRANT USAGE ON SCHEMA ordered_events TO owner1, owner2;
-	GRANT EXECUTE ON FUNCTION ordered_events.create_consumer(text, integer, regprocedure, text, text),
+	GRANT EXECUTE ON FUNCTION ordered_events.create_consumer(text, integer, regprocedure, text, text, interval),
 	                          ordered_events.subscribe(text, text, interval, text) TO owner1, owner2;
 	CREATE SCHEMA h AUTHORIZATION owner1;
 	GRANT USAGE ON SCHEMA h TO owner2;
 	SELECT ordered_events.create_stream('g');
 	SELECT ordered_events.create_stream('pk', sequencing => 'per_key');
 	SELECT ordered_events.create_stream('out', gap_policy => 'fence');
+	-- 0.3: the consumers' owners read g and pk, owner2's handler writes out
+	SELECT ordered_events.grant_stream(s, 'read', r)
+	  FROM unnest(ARRAY['g', 'pk']) s, unnest(ARRAY['owner1', 'owner2']::regrole[]) r;
+	SELECT ordered_events.grant_stream('out', 'write', 'owner2');
 
 	SET ROLE owner1;
 	CREATE FUNCTION h.fn(state jsonb, e ordered_events.event)

@@ -1,0 +1,989 @@
+/* ordered_events--0.2--0.3.sql */
+
+-- complain if script is sourced in psql, rather than via ALTER EXTENSION
+\echo Use "ALTER EXTENSION ordered_events UPDATE TO '0.3'" to load this file. \quit
+
+/*
+ * 0.3: owned streams and consumers, handlers that cannot be abused,
+ * processing and compaction that hold under other roles, long
+ * transactions and other isolation levels.
+ */
+
+/*
+ * A function whose signature changes is made again with the grants of the
+ * old one (dropped at the end of this script).
+ */
+CREATE FUNCTION ordered_events.carry_grants(old_function regprocedure, new_function regprocedure)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    acl aclitem[] := (SELECT p.proacl FROM pg_catalog.pg_proc p WHERE p.oid = old_function);
+    grantee text;
+BEGIN
+    IF acl IS NULL THEN
+        RETURN;                 -- the default: EXECUTE for PUBLIC, as the new one has
+    END IF;
+    EXECUTE pg_catalog.format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', new_function);
+    FOR grantee IN
+        SELECT CASE WHEN a.grantee = 0 THEN 'PUBLIC'
+                    ELSE pg_catalog.quote_ident(r.rolname) END
+          FROM pg_catalog.unnest(acl) i
+         CROSS JOIN LATERAL pg_catalog.aclexplode(ARRAY[i]) a
+          LEFT JOIN pg_catalog.pg_roles r ON r.oid = a.grantee
+         WHERE a.privilege_type = 'EXECUTE'
+    LOOP
+        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s', new_function, grantee);
+    END LOOP;
+END;
+$$;
+
+/* ------------------------------------------------------------------------
+ * 1. Owners and privileges (DESIGN.md 8.1)
+ * ------------------------------------------------------------------------
+ */
+
+/*
+ * Every consumer has an owner, the role that created it; a handler runs
+ * as it.  A consumer made by 0.2 without a handler has none (NULL): who
+ * may execute read() may read it, as in 0.2, until alter_consumer() gives
+ * it one.
+ */
+ALTER TABLE ordered_events.consumer_def
+    DROP CONSTRAINT consumer_def_check,
+    ADD CHECK ((handler IS NULL) = (handler_owner IS NULL)),
+    ADD COLUMN handler_timeout interval
+        CHECK (handler_timeout > interval '0' AND handler_timeout <= interval '24 days');
+COMMENT ON COLUMN ordered_events.consumer_def.handler_timeout IS
+    'The limit of one handler call; NULL: the server''s ordered_events.handler_timeout';
+
+/*
+ * A stream's owner is the role that created it; its acl holds what the
+ * owner granted with grant_stream(): 'write' as INSERT, 'read' as SELECT
+ * (src/privileges.c).  Streams of 0.2 belong to the extension's owner and
+ * grant both to PUBLIC, so that 0.2's producers and readers go on.
+ */
+ALTER TABLE ordered_events.stream_def
+    ADD COLUMN owner regrole,
+    ADD COLUMN acl aclitem[];
+UPDATE ordered_events.stream_def d
+   SET owner = x.extowner::regrole,
+       acl = ARRAY[pg_catalog.makeaclitem(0, x.extowner, 'SELECT', false),
+                   pg_catalog.makeaclitem(0, x.extowner, 'INSERT', false)]
+  FROM pg_catalog.pg_extension x WHERE x.extname = 'ordered_events';
+ALTER TABLE ordered_events.stream_def ALTER COLUMN owner SET NOT NULL;
+COMMENT ON COLUMN ordered_events.stream_def.owner IS
+    'The role that created the stream (or was given it); it alone may change or drop it';
+COMMENT ON COLUMN ordered_events.stream_def.acl IS
+    'What the owner granted: INSERT is ''write'', SELECT is ''read''';
+
+CREATE FUNCTION ordered_events.has_stream_privilege(role regrole, stream text, privilege text)
+RETURNS boolean
+LANGUAGE c STABLE PARALLEL RESTRICTED
+AS 'MODULE_PATHNAME', 'oe_has_stream_privilege';
+COMMENT ON FUNCTION ordered_events.has_stream_privilege(regrole, text, text) IS
+    'Whether a role has the privilege read or write on a stream';
+CREATE FUNCTION ordered_events.has_stream_privilege(stream text, privilege text)
+RETURNS boolean
+LANGUAGE c STABLE PARALLEL RESTRICTED
+AS 'MODULE_PATHNAME', 'oe_has_stream_privilege';
+COMMENT ON FUNCTION ordered_events.has_stream_privilege(text, text) IS
+    'Whether the current role has the privilege read or write on a stream';
+
+-- The views of events call it as their reader: it stays executable by PUBLIC.
+CREATE FUNCTION ordered_events.may_read_stream(stream text)
+RETURNS boolean
+LANGUAGE c STABLE STRICT PARALLEL RESTRICTED
+AS 'MODULE_PATHNAME', 'oe_may_read_stream';
+COMMENT ON FUNCTION ordered_events.may_read_stream(text) IS
+    'Internal: whether the current role may read the events of a stream';
+
+-- The error unless the caller may act as the owner of the object.
+CREATE FUNCTION ordered_events.check_owner(kind text, name text, owner regrole, caller regrole)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- NULL: a consumer of 0.2 without a handler, which has no owner
+    IF owner IS NOT NULL AND NOT pg_catalog.pg_has_role(caller, owner, 'USAGE') THEN
+        RAISE EXCEPTION 'must be owner of % "%"', kind, name
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = pg_catalog.format('It belongs to role %s; role %s does not have its privileges.',
+                                             owner, caller),
+                  HINT = 'Run this as the owner, or as a member of the owner role.';
+    END IF;
+END;
+$$;
+COMMENT ON FUNCTION ordered_events.check_owner(text, text, regrole, regrole) IS
+    'Internal: the error unless a role may act as the owner of a stream or consumer';
+
+-- The error unless a role has a privilege on a stream.
+CREATE FUNCTION ordered_events.check_stream_privilege(stream text, privilege text, role regrole)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF NOT ordered_events.has_stream_privilege(role, stream, privilege) THEN
+        RAISE EXCEPTION 'permission denied for stream "%"', stream
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = pg_catalog.format('Role %s does not have the privilege ''%s'' on it.',
+                                             role, privilege),
+                  HINT = pg_catalog.format('Its owner, role %s, grants it with ordered_events.grant_stream(%L, %L, role).',
+                                           (SELECT d.owner FROM ordered_events.stream_def d
+                                             WHERE d.stream = check_stream_privilege.stream),
+                                           stream, privilege);
+    END IF;
+END;
+$$;
+COMMENT ON FUNCTION ordered_events.check_stream_privilege(text, text, regrole) IS
+    'Internal: the error unless a role has a privilege on a stream';
+
+-- The error unless "caller" may give an object to the role new_owner.
+CREATE FUNCTION ordered_events.check_new_owner(kind text, name text, new_owner regrole,
+                                               caller regrole)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF new_owner = 0 OR NOT EXISTS (SELECT FROM pg_catalog.pg_roles r WHERE r.oid = new_owner) THEN
+        PERFORM ordered_events.invalid_option('owner', new_owner::text, 'Name an existing role.');
+    END IF;
+    IF NOT pg_catalog.pg_has_role(caller, new_owner, 'USAGE') THEN
+        RAISE EXCEPTION 'must be able to act as role % to give it % "%"', new_owner, kind, name
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'As for ALTER ... OWNER TO: be a member of the new owner role, or a superuser.';
+    END IF;
+END;
+$$;
+COMMENT ON FUNCTION ordered_events.check_new_owner(text, text, regrole, regrole) IS
+    'Internal: the error unless a role may give an object to another role';
+
+-- An acl with a privilege (INSERT or SELECT) of a grantee added or removed:
+-- one item per grantee and privilege; NULL when none is left, as for a new
+-- stream ('{}' has no dimension: aclexplode() and aclmask() reject it).
+CREATE FUNCTION ordered_events.acl_with(acl aclitem[], owner regrole, grantee regrole,
+                                        privilege text, present boolean)
+RETURNS aclitem[]
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT pg_catalog.array_agg(pg_catalog.makeaclitem(x.grantee, owner, x.privilege_type, false)
+                            ORDER BY x.grantee, x.privilege_type)
+  FROM (SELECT a.grantee, a.privilege_type FROM pg_catalog.aclexplode(acl) a
+         WHERE NOT (a.grantee = acl_with.grantee AND a.privilege_type = privilege)
+        UNION
+        SELECT acl_with.grantee, privilege WHERE present) x
+$$;
+COMMENT ON FUNCTION ordered_events.acl_with(aclitem[], regrole, regrole, text, boolean) IS
+    'Internal: the acl of a stream with a privilege granted or revoked';
+
+CREATE FUNCTION ordered_events.grant_stream_as(stream text, privilege text, role regrole,
+                                               caller regrole, present boolean DEFAULT true)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    d ordered_events.stream_def;
+BEGIN
+    PERFORM ordered_events.check_not_null('stream', stream IS NULL);
+    PERFORM ordered_events.check_not_null('privilege', privilege IS NULL);
+    PERFORM ordered_events.check_not_null('role', role IS NULL);
+    IF privilege NOT IN ('read', 'write') THEN
+        PERFORM ordered_events.invalid_option('privilege', privilege,
+            'Use ''write'' (ingest, inbox, append) or ''read'' (subscribe a consumer; see its events in released, pending, unprocessed).');
+    END IF;
+    d := ordered_events.stream_or_error(stream, true);
+    PERFORM ordered_events.check_owner('stream', stream, d.owner, caller);
+    UPDATE ordered_events.stream_def s
+       SET acl = ordered_events.acl_with(d.acl, d.owner, role,
+                                         CASE privilege WHEN 'write' THEN 'INSERT' ELSE 'SELECT' END,
+                                         present)
+     WHERE s.stream_id = d.stream_id;
+END;
+$$;
+COMMENT ON FUNCTION ordered_events.grant_stream_as(text, text, regrole, regrole, boolean) IS
+    'Internal: grant_stream() and revoke_stream() once they know the calling role';
+
+CREATE FUNCTION ordered_events.revoke_stream_as(stream text, privilege text, role regrole,
+                                                caller regrole)
+RETURNS void
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT ordered_events.grant_stream_as(stream, privilege, role, caller, false)
+$$;
+COMMENT ON FUNCTION ordered_events.revoke_stream_as(text, text, regrole, regrole) IS
+    'Internal: revoke_stream() once it knows the calling role';
+
+CREATE FUNCTION ordered_events.grant_stream(stream text, privilege text, role regrole)
+RETURNS void
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'oe_call_as_caller';
+COMMENT ON FUNCTION ordered_events.grant_stream(text, text, regrole) IS
+    'Grant read or write on a stream to a role (0: PUBLIC); for its owner';
+CREATE FUNCTION ordered_events.revoke_stream(stream text, privilege text, role regrole)
+RETURNS void
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'oe_call_as_caller';
+COMMENT ON FUNCTION ordered_events.revoke_stream(text, text, regrole) IS
+    'Revoke read or write on a stream from a role (0: PUBLIC); for its owner';
+
+/*
+ * create_stream(), alter_stream(), drop_stream(): as in 0.2, run by
+ * oe_call_as_caller as "<name>_as" with the calling role, which becomes
+ * the owner of a new stream and must be the owner of an existing one.
+ */
+CREATE FUNCTION ordered_events.create_stream_as(
+    stream text, sequencing text, initial_sequence bigint, gap_policy text,
+    gap_timeout interval, max_release_batch integer, retention interval,
+    dead_letter_retention interval, caller regrole)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    new_id integer;
+BEGIN
+    IF stream IS NULL OR stream !~ '^[a-z_][a-z0-9_]{0,62}$' THEN
+        RAISE EXCEPTION 'invalid stream name: %', coalesce(quote_literal(stream), 'NULL')
+            USING ERRCODE = 'invalid_name',
+                  HINT = 'A stream name has 1 to 63 characters: lower-case letters, digits and underscores, not starting with a digit.';
+    END IF;
+    IF sequencing IS NULL OR sequencing NOT IN ('global', 'per_key') THEN
+        PERFORM ordered_events.invalid_option('sequencing', sequencing,
+            'Use ''global'' (one sequence for the whole stream) or ''per_key'' (a sequence for each key).');
+    END IF;
+    IF initial_sequence IS NULL OR initial_sequence = 9223372036854775807 THEN
+        PERFORM ordered_events.invalid_option('initial_sequence', initial_sequence::text,
+            'Use a bigint below 9223372036854775807; the default is 1.');
+    END IF;
+    PERFORM ordered_events.check_release_options(sequencing, gap_policy, gap_timeout,
+                                                 max_release_batch);
+    PERFORM ordered_events.check_retention('retention', retention);
+    PERFORM ordered_events.check_retention('dead_letter_retention', dead_letter_retention);
+
+    BEGIN
+        INSERT INTO ordered_events.stream_def AS d
+            (stream, sequencing, initial_sequence, gap_policy, gap_timeout, max_release_batch,
+             retention, dead_letter_retention, owner)
+        VALUES (create_stream_as.stream, create_stream_as.sequencing::ordered_events.sequencing,
+                create_stream_as.initial_sequence,
+                create_stream_as.gap_policy::ordered_events.gap_policy, create_stream_as.gap_timeout,
+                create_stream_as.max_release_batch, create_stream_as.retention,
+                create_stream_as.dead_letter_retention, caller)
+        RETURNING d.stream_id INTO new_id;
+    EXCEPTION WHEN unique_violation THEN
+        RAISE EXCEPTION 'stream "%" already exists', stream
+            USING ERRCODE = 'duplicate_object',
+                  HINT = 'Change it with ordered_events.alter_stream(), or drop it first with ordered_events.drop_stream().';
+    END;
+    IF create_stream_as.retention IS NOT NULL THEN
+        PERFORM ordered_events.start_retaining(new_id);
+    END IF;
+
+    -- What consumers' pools are measured against (src/delivery.c).
+    INSERT INTO ordered_events.release_totals (stream_id, partitions, partition)
+    VALUES (new_id, 1, 0);
+
+    -- A global stream's one lane exists from the start (ranges shows it).
+    IF create_stream_as.sequencing = 'global' THEN
+        INSERT INTO ordered_events.progress (stream_id, lane, range_end)
+        VALUES (new_id, '', create_stream_as.initial_sequence);
+    END IF;
+
+    -- append() takes the seqs of a fence stream from here; CACHE 1 so that
+    -- the last allocated value is what every backend reads.
+    IF create_stream_as.gap_policy = 'fence' THEN
+        EXECUTE format('CREATE SEQUENCE ordered_events.%I AS bigint MINVALUE %s START %s CACHE 1',
+                       format('fence_seq_%s', new_id), create_stream_as.initial_sequence,
+                       create_stream_as.initial_sequence);
+    END IF;
+END;
+$$;
+COMMENT ON FUNCTION ordered_events.create_stream_as(text, text, bigint, text, interval, integer,
+                                                    interval, interval, regrole) IS
+    'Internal: create_stream() once it knows the calling role, the owner';
+
+CREATE OR REPLACE FUNCTION ordered_events.create_stream(
+    stream text,
+    sequencing text DEFAULT 'global',
+    initial_sequence bigint DEFAULT 1,
+    gap_policy text DEFAULT 'wait',
+    gap_timeout interval DEFAULT NULL,
+    max_release_batch integer DEFAULT 10000,
+    retention interval DEFAULT NULL,
+    dead_letter_retention interval DEFAULT NULL)
+RETURNS void
+LANGUAGE c VOLATILE SECURITY INVOKER
+AS 'MODULE_PATHNAME', 'oe_call_as_caller';
+COMMENT ON FUNCTION ordered_events.create_stream(text, text, bigint, text, interval, integer,
+                                                 interval, interval) IS
+    'Create a stream owned by the calling role: an independent sequence space with its own range, release budget and retention';
+
+CREATE FUNCTION ordered_events.alter_stream_as(
+    stream text, gap_policy text, gap_timeout interval, max_release_batch integer,
+    retention interval, dead_letter_retention interval, keep_forever boolean,
+    owner regrole, caller regrole)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    d ordered_events.stream_def := ordered_events.stream_or_error(stream, true);
+    new_policy text := coalesce(alter_stream_as.gap_policy, d.gap_policy::text);
+    new_timeout interval := CASE WHEN new_policy = 'timeout'
+                                 THEN coalesce(alter_stream_as.gap_timeout, d.gap_timeout)
+                                 ELSE alter_stream_as.gap_timeout END;
+    new_batch integer := coalesce(alter_stream_as.max_release_batch, d.max_release_batch);
+BEGIN
+    PERFORM ordered_events.check_owner('stream', stream, d.owner, caller);
+    PERFORM ordered_events.check_not_null('keep_forever', keep_forever IS NULL);
+    IF alter_stream_as.owner IS NOT NULL THEN
+        PERFORM ordered_events.check_new_owner('stream', stream, alter_stream_as.owner, caller);
+    END IF;
+    PERFORM ordered_events.check_release_options(d.sequencing::text, new_policy, new_timeout,
+                                                 new_batch);
+    PERFORM ordered_events.check_retention('retention', retention);
+    PERFORM ordered_events.check_retention('dead_letter_retention', dead_letter_retention);
+    IF keep_forever AND (retention IS NOT NULL OR dead_letter_retention IS NOT NULL) THEN
+        PERFORM ordered_events.invalid_option('keep_forever', keep_forever::text,
+            'keep_forever => true sets both retentions to NULL (keep everything); do not pass a retention with it.');
+    END IF;
+    IF d.sharded AND new_policy <> 'wait' THEN
+        RAISE EXCEPTION 'stream "%" is sharded', stream
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Its router applies the gap policy to the global range: change it there.';
+    END IF;
+    IF (new_policy = 'fence') <> (d.gap_policy = 'fence') THEN
+        RAISE EXCEPTION 'gap_policy ''fence'' can only be chosen when the stream is created'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'A fence stream is fed by append() and other streams by ingest(); create a new stream instead.';
+    END IF;
+    IF alter_stream_as.retention IS NOT NULL AND NOT d.retains_events THEN
+        PERFORM ordered_events.start_retaining(d.stream_id);
+    END IF;
+    UPDATE ordered_events.stream_def s
+       SET gap_policy = new_policy::ordered_events.gap_policy,
+           gap_timeout = new_timeout,
+           max_release_batch = new_batch,
+           retention = CASE WHEN keep_forever THEN NULL
+                            ELSE coalesce(alter_stream_as.retention, d.retention) END,
+           dead_letter_retention = CASE WHEN keep_forever THEN NULL
+                                        ELSE coalesce(alter_stream_as.dead_letter_retention,
+                                                      d.dead_letter_retention) END,
+           owner = coalesce(alter_stream_as.owner, d.owner)
+     WHERE s.stream_id = d.stream_id;
+END;
+$$;
+COMMENT ON FUNCTION ordered_events.alter_stream_as(text, text, interval, integer, interval,
+                                                   interval, boolean, regrole, regrole) IS
+    'Internal: alter_stream() once it knows the calling role';
+
+ALTER FUNCTION ordered_events.alter_stream(text, text, interval, integer, interval, interval, boolean)
+    RENAME TO alter_stream_0_2;
+CREATE FUNCTION ordered_events.alter_stream(
+    stream text,
+    gap_policy text DEFAULT NULL,
+    gap_timeout interval DEFAULT NULL,
+    max_release_batch integer DEFAULT NULL,
+    retention interval DEFAULT NULL,
+    dead_letter_retention interval DEFAULT NULL,
+    keep_forever boolean DEFAULT false,
+    owner regrole DEFAULT NULL)
+RETURNS void
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'oe_call_as_caller';
+COMMENT ON FUNCTION ordered_events.alter_stream(text, text, interval, integer, interval,
+                                                interval, boolean, regrole) IS
+    'Change the gap policy, release batch, retentions or owner of a stream; NULL keeps the value; for its owner';
+SELECT ordered_events.carry_grants(
+    'ordered_events.alter_stream_0_2(text, text, interval, integer, interval, interval, boolean)',
+    'ordered_events.alter_stream(text, text, interval, integer, interval, interval, boolean, regrole)');
+DROP FUNCTION ordered_events.alter_stream_0_2(text, text, interval, integer, interval, interval, boolean);
+
+CREATE FUNCTION ordered_events.drop_stream_as(stream text, caller regrole)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    d ordered_events.stream_def;
+BEGIN
+    /*
+     * Wait for every transaction that may be writing events, so that none
+     * can add an event to the stream after its rows are gone; then for a
+     * release step in progress (it holds the stream_def row).
+     */
+    LOCK TABLE ordered_events.event_store IN SHARE ROW EXCLUSIVE MODE;
+    d := ordered_events.stream_or_error(stream, true);
+    PERFORM ordered_events.check_owner('stream', stream, d.owner, caller);
+    IF EXISTS (SELECT FROM ordered_events.consumer_def c WHERE c.output_stream_id = d.stream_id) THEN
+        RAISE EXCEPTION 'stream "%" is the output stream of consumer "%"', stream,
+              (SELECT min(c.consumer) FROM ordered_events.consumer_def c
+                WHERE c.output_stream_id = d.stream_id)
+            USING ERRCODE = 'dependent_objects_still_exist',
+                  HINT = 'Drop the consumer first: its handler appends to this stream.';
+    END IF;
+    IF d.gap_policy = 'fence' THEN
+        EXECUTE format('DROP SEQUENCE ordered_events.%I', format('fence_seq_%s', d.stream_id));
+    END IF;
+    DELETE FROM ordered_events.event_store e WHERE e.stream_id = d.stream_id;
+    DELETE FROM ordered_events.lane_release_log l WHERE l.stream_id = d.stream_id;
+    DELETE FROM ordered_events.key_arrivals a WHERE a.stream_id = d.stream_id;
+    DELETE FROM ordered_events.unprocessed u WHERE u.stream = d.stream;
+    DELETE FROM ordered_events.gap_skips g WHERE g.stream_id = d.stream_id;
+    DELETE FROM ordered_events.stream_def s WHERE s.stream_id = d.stream_id;
+END;
+$$;
+COMMENT ON FUNCTION ordered_events.drop_stream_as(text, regrole) IS
+    'Internal: drop_stream() once it knows the calling role';
+
+CREATE OR REPLACE FUNCTION ordered_events.drop_stream(stream text)
+RETURNS void
+LANGUAGE c VOLATILE SECURITY INVOKER
+AS 'MODULE_PATHNAME', 'oe_call_as_caller';
+
+/*
+ * Consumers: drop_consumer(), subscribe(), unsubscribe() for the owner, and
+ * alter_consumer() for the owner's handler_timeout and to give a consumer
+ * to another role (0.2's consumers without a handler have none).
+ */
+CREATE FUNCTION ordered_events.drop_consumer_as(consumer text, caller regrole)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    c ordered_events.consumer_def;
+    streams integer[];
+BEGIN
+    PERFORM ordered_events.check_not_null('consumer', consumer IS NULL);
+    c := ordered_events.consumer_or_error(consumer);
+    PERFORM ordered_events.check_owner('consumer', consumer, c.owner, caller);
+    SELECT array_agg(DISTINCT s.stream_id) INTO streams
+      FROM ordered_events.subscription s WHERE s.consumer_id = c.consumer_id;
+    PERFORM ordered_events.lock_streams(streams);
+    -- Waits for a read of the consumer in progress (it locks these rows).
+    DELETE FROM ordered_events.consumer_def d WHERE d.consumer_id = c.consumer_id;
+    -- its handler's states, results and dead letters go with it, as a
+    -- stream's dead letters go with drop_stream()
+    DELETE FROM ordered_events.handler_state k WHERE k.consumer_id = c.consumer_id;
+    DELETE FROM ordered_events.handler_result r WHERE r.consumer_id = c.consumer_id;
+    DELETE FROM ordered_events.unprocessed u WHERE u.consumer = c.consumer;
+    PERFORM ordered_events.forget_unused_totals(id) FROM unnest(streams) id;
+END;
+$$;
+COMMENT ON FUNCTION ordered_events.drop_consumer_as(text, regrole) IS
+    'Internal: drop_consumer() once it knows the calling role';
+CREATE OR REPLACE FUNCTION ordered_events.drop_consumer(consumer text)
+RETURNS void
+LANGUAGE c VOLATILE SECURITY INVOKER
+AS 'MODULE_PATHNAME', 'oe_call_as_caller';
+
+/*
+ * The error if subscribing a handler consumer to a stream closes a cycle:
+ * its output stream already feeds that stream, through the output streams
+ * of the consumers subscribed along the way.
+ */
+CREATE FUNCTION ordered_events.check_no_cycle(c ordered_events.consumer_def, stream_id integer)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    path text;
+BEGIN
+    IF c.output_stream_id IS NULL THEN
+        RETURN;
+    END IF;
+    WITH RECURSIVE fed(stream_id, path) AS (
+        SELECT c.output_stream_id, ARRAY[c.consumer]
+        UNION
+        SELECT o.output_stream_id, f.path || o.consumer
+          FROM fed f
+          JOIN ordered_events.subscription s ON s.stream_id = f.stream_id AND s.partition = 0
+          JOIN ordered_events.consumer_def o ON o.consumer_id = s.consumer_id
+         WHERE o.output_stream_id IS NOT NULL AND o.consumer <> ALL (f.path)
+    )
+    SELECT pg_catalog.array_to_string(f.path, ' -> ') INTO path
+      FROM fed f WHERE f.stream_id = check_no_cycle.stream_id LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'subscribing consumer "%" to stream "%" would make a cycle', c.consumer,
+              (SELECT d.stream FROM ordered_events.stream_def d
+                WHERE d.stream_id = check_no_cycle.stream_id)
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = pg_catalog.format('The derived events of %s feed that stream.', path),
+                  HINT = 'A handler must not read, even through other handlers, what it derives: one event would multiply without end.';
+    END IF;
+END;
+$$;
+COMMENT ON FUNCTION ordered_events.check_no_cycle(ordered_events.consumer_def, integer) IS
+    'Internal: the error if a subscription would feed the output of a handler back to it';
+
+CREATE FUNCTION ordered_events.subscribe_as(
+    consumer text, stream text, delay interval, start text, caller regrole)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    c ordered_events.consumer_def;
+    d ordered_events.stream_def;
+BEGIN
+    PERFORM ordered_events.check_not_null('consumer', consumer IS NULL);
+    PERFORM ordered_events.check_not_null('stream', stream IS NULL);
+    PERFORM ordered_events.check_not_null('delay', delay IS NULL);
+    PERFORM ordered_events.check_not_null('start', start IS NULL);
+    c := ordered_events.consumer_or_error(consumer);
+    PERFORM ordered_events.check_owner('consumer', consumer, c.owner, caller);
+    d := ordered_events.stream_or_error(stream);
+    -- its owner reads the stream through it (a consumer of 0.2 without one: the caller)
+    PERFORM ordered_events.check_stream_privilege(stream, 'read', coalesce(c.owner, caller));
+    IF d.stream_id = c.output_stream_id THEN
+        RAISE EXCEPTION 'stream "%" is the output stream of consumer "%"', stream, consumer
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'A handler does not read what it derives: subscribe the consumer to other streams, and another consumer to this one.';
+    END IF;
+    IF delay < '0 s' OR extract(year FROM delay) <> 0 OR extract(month FROM delay) <> 0
+       OR extract(day FROM delay) <> 0 THEN
+        PERFORM ordered_events.invalid_option('delay', delay::text,
+            'Use an interval of hours, minutes and seconds, at least 0: days and months have no fixed length.');
+    END IF;
+    IF start NOT IN ('beginning', 'now') THEN
+        PERFORM ordered_events.invalid_option('start', start,
+            'Use ''beginning'' (every event the stream released or will release) or ''now'' (only events released from now on).');
+    END IF;
+
+    -- No release step of the stream runs while its position is set.
+    PERFORM ordered_events.lock_streams(ARRAY[d.stream_id]);
+    UPDATE ordered_events.subscription s SET delay = subscribe_as.delay
+     WHERE s.consumer_id = c.consumer_id AND s.stream_id = d.stream_id;
+    IF FOUND THEN
+        RETURN;                 -- subscribed already: a new delay, the same position
+    END IF;
+    PERFORM ordered_events.check_no_cycle(c, d.stream_id);
+
+    IF NOT EXISTS (SELECT FROM ordered_events.release_totals t
+                    WHERE t.stream_id = d.stream_id AND t.partitions = c.partitions) THEN
+        PERFORM ordered_events.count_released(d.stream_id, c.partitions);
+    END IF;
+    INSERT INTO ordered_events.subscription
+        (consumer_id, partition, stream_id, delay, read_delivery, read_seq, taken_count, taken_lag)
+    SELECT c.consumer_id, t.partition, d.stream_id, subscribe_as.delay,
+           CASE WHEN start = 'now'
+                THEN coalesce((SELECT max(l.delivery) FROM ordered_events.lane_release_log l
+                                WHERE l.stream_id = d.stream_id), 0)
+                ELSE 0 END,
+           9223372036854775807,
+           -- what a retention deleted is out of the pool from the beginning
+           CASE WHEN start = 'now' THEN t.released_count
+                WHEN d.retains_events THEN t.released_count - coalesce(k.released_count, 0)
+                ELSE 0 END,
+           CASE WHEN start = 'now' THEN t.lag_sum
+                WHEN d.retains_events THEN t.lag_sum - coalesce(k.lag_sum, 0)
+                ELSE 0 END
+      FROM ordered_events.release_totals t
+      LEFT JOIN LATERAL (
+            SELECT * FROM ordered_events.kept_released(d.stream_id, c.partitions)
+             WHERE d.retains_events AND start = 'beginning') k
+        ON k.partition = t.partition
+     WHERE t.stream_id = d.stream_id AND t.partitions = c.partitions;
+END;
+$$;
+COMMENT ON FUNCTION ordered_events.subscribe_as(text, text, interval, text, regrole) IS
+    'Internal: subscribe() once it knows the calling role';
+CREATE OR REPLACE FUNCTION ordered_events.subscribe(
+    consumer text,
+    stream text,
+    delay interval DEFAULT '0 s',
+    start text DEFAULT 'beginning')
+RETURNS void
+LANGUAGE c VOLATILE SECURITY INVOKER
+AS 'MODULE_PATHNAME', 'oe_call_as_caller';
+
+CREATE FUNCTION ordered_events.unsubscribe_as(consumer text, stream text, caller regrole)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    c ordered_events.consumer_def;
+    d ordered_events.stream_def;
+BEGIN
+    PERFORM ordered_events.check_not_null('consumer', consumer IS NULL);
+    PERFORM ordered_events.check_not_null('stream', stream IS NULL);
+    c := ordered_events.consumer_or_error(consumer);
+    PERFORM ordered_events.check_owner('consumer', consumer, c.owner, caller);
+    d := ordered_events.stream_or_error(stream);
+    PERFORM ordered_events.lock_streams(ARRAY[d.stream_id]);
+    DELETE FROM ordered_events.subscription s
+     WHERE s.consumer_id = c.consumer_id AND s.stream_id = d.stream_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'consumer "%" is not subscribed to stream "%"', consumer, stream
+            USING ERRCODE = 'undefined_object',
+                  HINT = 'The view ordered_events.consumers lists the subscriptions.';
+    END IF;
+    PERFORM ordered_events.forget_unused_totals(d.stream_id);
+END;
+$$;
+COMMENT ON FUNCTION ordered_events.unsubscribe_as(text, text, regrole) IS
+    'Internal: unsubscribe() once it knows the calling role';
+CREATE OR REPLACE FUNCTION ordered_events.unsubscribe(consumer text, stream text)
+RETURNS void
+LANGUAGE c VOLATILE SECURITY INVOKER
+AS 'MODULE_PATHNAME', 'oe_call_as_caller';
+
+CREATE FUNCTION ordered_events.alter_consumer_as(consumer text, handler_timeout interval,
+                                                 owner regrole, caller regrole)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    c ordered_events.consumer_def;
+    s record;
+BEGIN
+    PERFORM ordered_events.check_not_null('consumer', consumer IS NULL);
+    SELECT * INTO c FROM ordered_events.consumer_def d
+     WHERE d.consumer = alter_consumer_as.consumer FOR UPDATE;
+    IF NOT FOUND THEN
+        c := ordered_events.consumer_or_error(consumer);    -- its error
+    END IF;
+    PERFORM ordered_events.check_owner('consumer', consumer, c.owner, caller);
+    PERFORM ordered_events.check_handler_timeout(handler_timeout);
+    IF handler_timeout IS NOT NULL AND c.handler IS NULL THEN
+        RAISE EXCEPTION 'consumer "%" has no handler', consumer
+            USING ERRCODE = 'wrong_object_type',
+                  HINT = 'handler_timeout limits the calls of a handler; a consumer without one is read by read().';
+    END IF;
+    IF alter_consumer_as.owner IS NOT NULL THEN
+        -- the new owner must be allowed what the consumer does
+        PERFORM ordered_events.check_new_owner('consumer', consumer, alter_consumer_as.owner, caller);
+        IF c.handler IS NOT NULL THEN
+            PERFORM ordered_events.check_handler(c.handler::regprocedure, alter_consumer_as.owner);
+        END IF;
+        FOR s IN SELECT d.stream, 'write' AS privilege FROM ordered_events.stream_def d
+                  WHERE d.stream_id = c.output_stream_id
+                 UNION
+                 SELECT d.stream, 'read' FROM ordered_events.subscription x
+                   JOIN ordered_events.stream_def d ON d.stream_id = x.stream_id
+                  WHERE x.consumer_id = c.consumer_id
+        LOOP
+            PERFORM ordered_events.check_stream_privilege(s.stream, s.privilege,
+                                                          alter_consumer_as.owner);
+        END LOOP;
+    END IF;
+    UPDATE ordered_events.consumer_def d
+       SET handler_timeout = coalesce(alter_consumer_as.handler_timeout, d.handler_timeout),
+           owner = coalesce(alter_consumer_as.owner, d.owner)
+     WHERE d.consumer_id = c.consumer_id;
+END;
+$$;
+COMMENT ON FUNCTION ordered_events.alter_consumer_as(text, interval, regrole, regrole) IS
+    'Internal: alter_consumer() once it knows the calling role';
+CREATE FUNCTION ordered_events.alter_consumer(
+    consumer text,
+    handler_timeout interval DEFAULT NULL,
+    owner regrole DEFAULT NULL)
+RETURNS void
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'oe_call_as_caller';
+COMMENT ON FUNCTION ordered_events.alter_consumer(text, interval, regrole) IS
+    'Change the handler_timeout of a consumer or give it to another role; NULL keeps the value; for its owner';
+
+-- A handler given by an OID that is no function is 42883, as a wrong one is.
+CREATE OR REPLACE FUNCTION ordered_events.check_handler(handler regprocedure, owner regrole)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    p pg_catalog.pg_proc;
+BEGIN
+    SELECT * INTO p FROM pg_catalog.pg_proc f WHERE f.oid = handler;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'function with OID % does not exist', handler::oid
+            USING ERRCODE = 'undefined_function',
+                  HINT = 'Name the handler by its signature: ''fn(jsonb, ordered_events.event)''::regprocedure.';
+    END IF;
+    IF p.prokind <> 'f' OR p.proretset
+       OR p.prorettype <> 'ordered_events.step'::pg_catalog.regtype
+       OR p.pronargs <> 2 OR p.proargtypes[0] <> 'jsonb'::pg_catalog.regtype
+       OR p.proargtypes[1] <> 'ordered_events.event'::pg_catalog.regtype THEN
+        RAISE EXCEPTION 'function % is not a handler', handler
+            USING ERRCODE = 'undefined_function',
+                  DETAIL = pg_catalog.format('It returns %s%s; a handler takes (jsonb, ordered_events.event) and returns one ordered_events.step.',
+                               CASE WHEN p.proretset THEN 'SETOF ' ELSE '' END,
+                               p.prorettype::pg_catalog.regtype),
+                  HINT = 'Declare it as CREATE FUNCTION f(state jsonb, event ordered_events.event) RETURNS ordered_events.step.';
+    END IF;
+    IF p.proisstrict THEN
+        RAISE EXCEPTION 'handler % must not be STRICT', handler
+            USING ERRCODE = 'invalid_function_definition',
+                  DETAIL = 'The first event of a key comes with a NULL state, which a STRICT function never sees.',
+                  HINT = 'Declare it CALLED ON NULL INPUT (the default).';
+    END IF;
+    IF NOT pg_catalog.has_function_privilege(owner, handler, 'EXECUTE') THEN
+        RAISE EXCEPTION 'permission denied for function %', handler
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = pg_catalog.format('The handler runs as the role that creates the consumer, %s, which may not execute it.', owner),
+                  HINT = 'Grant EXECUTE on the function to that role, or create the consumer as a role that has it.';
+    END IF;
+END;
+$$;
+
+-- The fence stream a handler consumer appends its results to, which its owner may write.
+CREATE FUNCTION ordered_events.output_stream_or_error(output_stream text, owner regrole)
+RETURNS ordered_events.stream_def
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    d ordered_events.stream_def := ordered_events.output_stream_or_error(output_stream);
+BEGIN
+    PERFORM ordered_events.check_stream_privilege(output_stream, 'write', owner);
+    RETURN d;
+END;
+$$;
+COMMENT ON FUNCTION ordered_events.output_stream_or_error(text, regrole) IS
+    'Internal: the fence stream named as the output of a handler, which its owner may write, or the error';
+
+REVOKE EXECUTE ON FUNCTION
+    ordered_events.check_owner(text, text, regrole, regrole),
+    ordered_events.check_stream_privilege(text, text, regrole),
+    ordered_events.check_new_owner(text, text, regrole, regrole),
+    ordered_events.acl_with(aclitem[], regrole, regrole, text, boolean),
+    ordered_events.grant_stream_as(text, text, regrole, regrole, boolean),
+    ordered_events.revoke_stream_as(text, text, regrole, regrole),
+    ordered_events.grant_stream(text, text, regrole),
+    ordered_events.revoke_stream(text, text, regrole),
+    ordered_events.create_stream_as(text, text, bigint, text, interval, integer, interval,
+                                    interval, regrole),
+    ordered_events.alter_stream_as(text, text, interval, integer, interval, interval, boolean,
+                                   regrole, regrole),
+    ordered_events.drop_stream_as(text, regrole),
+    ordered_events.drop_consumer_as(text, regrole),
+    ordered_events.check_no_cycle(ordered_events.consumer_def, integer),
+    ordered_events.subscribe_as(text, text, interval, text, regrole),
+    ordered_events.unsubscribe_as(text, text, regrole),
+    ordered_events.alter_consumer_as(text, interval, regrole, regrole),
+    ordered_events.alter_consumer(text, interval, regrole),
+    ordered_events.output_stream_or_error(text, regrole)
+FROM PUBLIC;
+
+/*
+ * What a role sees of events: those of the streams it may read ('read').
+ * The monitoring views (stream_stats, key_status, ...) show every stream.
+ */
+CREATE OR REPLACE VIEW ordered_events.accepted_events AS
+SELECT a.stream, a.stream_id, a.lane,
+       a.seq < coalesce(p.range_end, a.initial_sequence) AND NOT EXISTS (
+           SELECT FROM ordered_events.gap_skips g
+            WHERE g.stream_id = a.stream_id AND g.lane = a.lane AND NOT g.settled
+              AND a.seq BETWEEN g.gap_start AND g.gap_end) AS is_released,
+       a.seq, a.key, a.payload, a.event_ts, a.alignment_ts, a.received_at, a.last_event
+  FROM (SELECT d.stream, d.stream_id, d.initial_sequence, e.lane, e.seq, e.key, e.payload,
+               e.event_ts, e.alignment_ts, e.received_at, e.last_event
+          FROM ordered_events.stream_def d
+          JOIN ordered_events.event_store e ON e.stream_id = d.stream_id AND e.lane = ''
+         WHERE d.sequencing = 'global' AND ordered_events.may_read_stream(d.stream)
+        UNION ALL
+        SELECT d.stream, d.stream_id, d.initial_sequence, e.lane, e.seq, e.lane, e.payload,
+               e.event_ts, e.alignment_ts, e.received_at, e.last_event
+          FROM ordered_events.stream_def d
+          JOIN ordered_events.event_store e ON e.stream_id = d.stream_id
+         WHERE d.sequencing = 'per_key' AND ordered_events.may_read_stream(d.stream)) a
+  LEFT JOIN ordered_events.progress p ON p.stream_id = a.stream_id AND p.lane = a.lane;
+
+CREATE OR REPLACE VIEW ordered_events.pending AS
+SELECT w.stream, w.seq, w.key, w.payload, w.event_ts, w.alignment_ts, w.received_at
+  FROM (SELECT d.stream, e.lane, e.seq, e.key, e.payload, e.event_ts, e.alignment_ts,
+               e.received_at
+          FROM ordered_events.stream_def d
+         CROSS JOIN LATERAL (
+                SELECT p.lane, p.range_end FROM ordered_events.progress p
+                 WHERE p.stream_id = d.stream_id AND p.lane = ''
+                UNION
+                SELECT p.lane, p.range_end FROM ordered_events.progress p
+                 WHERE p.stream_id = d.stream_id AND p.gap_start IS NOT NULL
+                UNION
+                SELECT a.key, coalesce(p.range_end, d.initial_sequence)
+                  FROM ordered_events.key_arrivals a
+                  LEFT JOIN ordered_events.progress p
+                    ON p.stream_id = a.stream_id AND p.lane = a.key
+                 WHERE a.stream_id = d.stream_id) l
+         CROSS JOIN LATERAL (
+                -- OFFSET 0: planned on its own, an index range per lane (see 0.2)
+                SELECT e.lane, e.seq, e.key, e.payload, e.event_ts, e.alignment_ts, e.received_at
+                  FROM ordered_events.event_store e
+                 WHERE e.stream_id = d.stream_id AND e.lane = l.lane
+                   AND e.seq BETWEEN l.range_end AND 9223372036854775807
+                OFFSET 0) e
+         WHERE ordered_events.may_read_stream(d.stream)
+        UNION ALL
+        SELECT d.stream, e.lane, e.seq, e.key, e.payload, e.event_ts, e.alignment_ts,
+               e.received_at
+          FROM ordered_events.gap_skips g
+          JOIN ordered_events.stream_def d ON d.stream_id = g.stream_id
+          JOIN ordered_events.progress p ON p.stream_id = g.stream_id AND p.lane = g.lane
+          JOIN ordered_events.event_store e
+            ON e.stream_id = g.stream_id AND e.lane = g.lane
+           AND e.seq BETWEEN g.gap_start AND g.gap_end AND e.seq < p.range_end
+         WHERE NOT g.settled AND ordered_events.may_read_stream(d.stream)) w
+ ORDER BY w.stream, w.lane, w.seq;
+
+-- A role granted SELECT on unprocessed sees the rejections of the streams it may read.
+ALTER TABLE ordered_events.unprocessed ENABLE ROW LEVEL SECURITY;
+CREATE POLICY readable_streams ON ordered_events.unprocessed FOR SELECT
+    USING (ordered_events.may_read_stream(stream));
+
+CREATE OR REPLACE VIEW ordered_events.streams AS
+SELECT d.stream, d.sequencing::text AS sequencing, d.initial_sequence,
+       d.gap_policy::text AS gap_policy, d.gap_timeout, d.max_release_batch, d.created_at,
+       d.retention, d.dead_letter_retention, d.owner, d.acl AS privileges
+  FROM ordered_events.stream_def d;
+
+CREATE OR REPLACE VIEW ordered_events.consumers AS
+SELECT c.consumer, s.partition, d.stream, s.delay,
+       s.consumed_count - (s.taken_count - p.taken_count) AS consumed_count,
+       t.released_count - p.taken_count AS unread_count,
+       CASE WHEN t.released_count > p.taken_count
+            THEN round((t.lag_sum - p.taken_lag) / (t.released_count - p.taken_count))::bigint
+                 * interval '1 microsecond'
+       END AS bias,
+       CASE WHEN t.released_count > p.taken_count THEN (
+            SELECT l.released_at
+              FROM ordered_events.lane_release_log l
+             WHERE l.stream_id = s.stream_id AND l.delivery >= p.read_delivery
+               AND EXISTS (
+                   SELECT FROM ordered_events.event_store e
+                    WHERE e.stream_id = l.stream_id AND e.lane = l.lane
+                      AND e.seq >= l.seq_start AND e.seq < l.seq_end
+                      -- after the position (a bound the primary key takes)
+                      AND e.seq > CASE WHEN l.delivery = p.read_delivery THEN p.read_seq
+                                       ELSE '-9223372036854775808'::bigint END
+                      AND (c.partitions = 1
+                           OR ordered_events.key_partition(e.key, c.partitions) = s.partition))
+             ORDER BY l.delivery
+             LIMIT 1)
+       END AS oldest_unread_at,
+       s.last_read_at,
+       c.owner
+  FROM ordered_events.subscription s
+  JOIN ordered_events.consumer_def c ON c.consumer_id = s.consumer_id
+  JOIN ordered_events.stream_def d ON d.stream_id = s.stream_id
+  JOIN ordered_events.release_totals t
+    ON t.stream_id = s.stream_id AND t.partitions = c.partitions AND t.partition = s.partition
+ CROSS JOIN LATERAL ordered_events.committed_position(s, s.xmin) p
+ ORDER BY c.consumer, s.partition, d.stream;
+
+/*
+ * create_consumer() takes the consumer's own handler_timeout.  It stays C
+ * (src/handler.c): it must know the calling role, the consumer's owner.
+ */
+ALTER FUNCTION ordered_events.create_consumer(text, integer, regprocedure, text, text)
+    RENAME TO create_consumer_0_2;
+CREATE FUNCTION ordered_events.create_consumer(
+    consumer text,
+    partitions integer DEFAULT 1,
+    handler regprocedure DEFAULT NULL,
+    output_stream text DEFAULT NULL,
+    alignment text DEFAULT 'inherit',
+    handler_timeout interval DEFAULT NULL)
+RETURNS void
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'oe_create_consumer';
+COMMENT ON FUNCTION ordered_events.create_consumer(text, integer, regprocedure, text, text, interval) IS
+    'Create a consumer owned by the calling role: a named reader of the released events of the streams it subscribes to, read by the extension through a handler if one is given';
+SELECT ordered_events.carry_grants(
+    'ordered_events.create_consumer_0_2(text, integer, regprocedure, text, text)',
+    'ordered_events.create_consumer(text, integer, regprocedure, text, text, interval)');
+DROP FUNCTION ordered_events.create_consumer_0_2(text, integer, regprocedure, text, text);
+
+DROP FUNCTION ordered_events.define_consumer(text, integer, regprocedure, text, text, regrole);
+CREATE FUNCTION ordered_events.define_consumer(
+    consumer text, partitions integer, handler regprocedure, output_stream text,
+    alignment text, handler_timeout interval, owner regrole)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    output_id integer;
+BEGIN
+    IF consumer !~ '^[a-z_][a-z0-9_]{0,62}$' THEN
+        RAISE EXCEPTION 'invalid consumer name: %', quote_literal(consumer)
+            USING ERRCODE = 'invalid_name',
+                  HINT = 'A consumer name has 1 to 63 characters: lower-case letters, digits and underscores, not starting with a digit.';
+    END IF;
+    IF partitions NOT BETWEEN 1 AND 1024 THEN
+        PERFORM ordered_events.invalid_option('partitions', partitions::text,
+            'Use 1 to 1024: the number of sessions that may read the consumer in parallel.');
+    END IF;
+    IF alignment NOT IN ('inherit', 'processing') THEN
+        PERFORM ordered_events.invalid_option('alignment', alignment,
+            'Use ''inherit'' (a derived event has its parent''s alignment_ts) or ''processing'' (the time it is derived).');
+    END IF;
+    PERFORM ordered_events.check_handler_timeout(handler_timeout);
+    IF handler IS NULL THEN
+        IF output_stream IS NOT NULL OR alignment <> 'inherit' OR handler_timeout IS NOT NULL THEN
+            RAISE EXCEPTION 'output_stream, alignment and handler_timeout need a handler'
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'Pass handler => ''fn(jsonb, ordered_events.event)''::regprocedure, or leave these out.';
+        END IF;
+    ELSE
+        PERFORM ordered_events.check_handler(handler, owner);
+        IF output_stream IS NOT NULL THEN
+            output_id := (ordered_events.output_stream_or_error(output_stream, owner)).stream_id;
+        END IF;
+    END IF;
+    INSERT INTO ordered_events.consumer_def
+        (consumer, partitions, handler, owner, handler_owner, output_stream_id, alignment,
+         handler_timeout)
+    VALUES (define_consumer.consumer, define_consumer.partitions, handler::text, owner,
+            (SELECT p.proowner FROM pg_catalog.pg_proc p WHERE p.oid = handler),
+            output_id, define_consumer.alignment, define_consumer.handler_timeout);
+EXCEPTION WHEN unique_violation THEN
+    RAISE EXCEPTION 'consumer "%" already exists', consumer
+        USING ERRCODE = 'duplicate_object',
+              HINT = 'Drop it first with ordered_events.drop_consumer(), or choose another name.';
+END;
+$$;
+COMMENT ON FUNCTION ordered_events.define_consumer(text, integer, regprocedure, text, text, interval, regrole) IS
+    'Internal: create_consumer() once it knows the calling role';
+REVOKE EXECUTE ON FUNCTION
+    ordered_events.define_consumer(text, integer, regprocedure, text, text, interval, regrole)
+FROM PUBLIC;
+
+-- A handler_timeout is NULL (the server's) or a positive interval of at most 24 days.
+CREATE FUNCTION ordered_events.check_handler_timeout(handler_timeout interval)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF handler_timeout <= interval '0' OR handler_timeout > interval '24 days' THEN
+        PERFORM ordered_events.invalid_option('handler_timeout', handler_timeout::text,
+            'Use a positive interval of at most 24 days, or NULL for the server''s ordered_events.handler_timeout.');
+    END IF;
+END;
+$$;
+COMMENT ON FUNCTION ordered_events.check_handler_timeout(interval) IS
+    'Internal: the error for an invalid handler_timeout';
+
+/* ------------------------------------------------------------------------
+ * 2. Handler limits (DESIGN.md 8.2, "Time limit")
+ * ------------------------------------------------------------------------
+ */
+
+/* ------------------------------------------------------------------------
+ * 3. Compaction, locks and the worker
+ * ------------------------------------------------------------------------
+ */
+
+DROP FUNCTION ordered_events.carry_grants(regprocedure, regprocedure);
