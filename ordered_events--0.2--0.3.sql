@@ -157,6 +157,18 @@ COMMENT ON FUNCTION ordered_events.check_handler_timeout(interval) IS
  * ------------------------------------------------------------------------
  */
 
+/*
+ * A handler that calls a function of its own consumer: the functions that
+ * change or drop a consumer call this first, and get 55006 while a step of
+ * this transaction processes it (process() and read() check it in C).
+ */
+CREATE FUNCTION ordered_events.check_not_in_step(consumer_id integer)
+RETURNS void
+LANGUAGE c VOLATILE STRICT PARALLEL RESTRICTED
+AS 'MODULE_PATHNAME', 'oe_check_not_in_step_sql';
+COMMENT ON FUNCTION ordered_events.check_not_in_step(integer) IS
+    'Internal: the error for a handler that changes, drops or reads its own consumer';
+
 /* ------------------------------------------------------------------------
  * 3. Compaction, locks and the worker
  * ------------------------------------------------------------------------

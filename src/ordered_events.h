@@ -429,7 +429,9 @@ extern int32 oe_consumer_take(const OeConsumer *consumer, int32 max_events, bool
 							  OeEventSink sink, void *arg);
 
 /* handler.c */
+extern void oe_handler_init(void);
 extern int64 oe_process_partition(const char *consumer, int32 partition, int32 max_events);
+extern void oe_check_not_in_step(int32 consumer_id);
 
 /* delivery.c */
 extern void oe_step_begin(OeStep *step, const OeStream *stream);
