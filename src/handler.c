@@ -24,9 +24,11 @@
  * batch, not one per event: the batch's calls run in one; after an error,
  * the events before the failing one run again in a new one (the rollback
  * undid them), then the rest from the failing one on.  An error raised by
- * the first call of a subtransaction is that event's for good.  A cancel
- * that is not a timeout is not the handler's: it ends the step, which
- * changes nothing, even if the handler caught it and returned.
+ * the first call of a subtransaction is that event's for good, and so is
+ * at once a call past its time limit (another call would cost another
+ * limit).  A cancel that is not a timeout is not the handler's: it ends
+ * the step, which changes nothing, even if the handler caught it and
+ * returned.
  *
  * Time limit.  A call may take the consumer's handler_timeout, at most the
  * server's ordered_events.handler_timeout (the DBA's ceiling), lowered by
