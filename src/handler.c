@@ -625,8 +625,8 @@ begin_call(Step *step, BatchEvent *e)
 
 /*
  * The call returned or raised: disarm its limit, put the caller's
- * statement timeout back.  The call is still judged (call_event) until
- * end_call().
+ * statement timeout back.  The call is still judged as its event's
+ * (call_event) until the caller clears call_event.
  */
 static void
 disarm_call(Step *step)
@@ -1126,9 +1126,12 @@ explain_stop(ErrorData *edata)
 	if (stop_requested && edata->elevel == FATAL &&
 		edata->sqlerrcode == ERRCODE_ADMIN_SHUTDOWN && edata->detail == NULL)
 	{
+		TimestampTz now = GetCurrentTimestamp();
+
+		/* the call whose grace period ended (an outer one's may end first) */
 		for (Step *s = active_step; s != NULL; s = s->outer_step)
 		{
-			if (s->call_event == NULL || s->timeout_ms <= 0)
+			if (s->call_event == NULL || s->timeout_ms <= 0 || now < s->stop_at)
 				continue;
 			edata->detail = psprintf("Handler %s of consumer \"%s\" did not return within %d ms after its limit of %d ms; "
 									 "the event (seq " INT64_FORMAT " of stream %s) %s.",
