@@ -748,6 +748,7 @@ read_consumer(FunctionCallInfo fcinfo, bool consume)
 	oe_internal_begin(&scope, oe_relations()->owner);
 	oe_consumer_lookup(PG_GETARG_DATUM(0), PG_GETARG_INT32(2), &consumer);
 	oe_check_owner(caller, consumer.owner, "consumer", consumer.name);
+	oe_check_not_in_step(consumer.consumer_id);
 	consumer.reader = OidIsValid(consumer.owner) ? consumer.owner : caller;
 	if (consumer.handler != NULL)
 		ereport(ERROR,
