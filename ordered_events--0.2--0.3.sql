@@ -1063,4 +1063,59 @@ $$;
  * ------------------------------------------------------------------------
  */
 
+/* ------------------------------------------------------------------------
+ * 4. The fence (DESIGN.md 8.4)
+ * ------------------------------------------------------------------------
+ */
+
+/*
+ * blockers() of a fence stream names what the fence waits for
+ * (src/gap_policy.c): the transactions older than the fence that hold the
+ * stream's fence lock, which append() takes before its seq (an advisory
+ * lock: database, classid = stream_id, objid 0, objsubid 20293 = 0x4F45).
+ */
+CREATE OR REPLACE FUNCTION ordered_events.blocking_transactions(stream text)
+RETURNS TABLE (pid integer, xid xid, xact_start timestamptz)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    d ordered_events.stream_def := ordered_events.stream_or_error(stream);
+    fence xid8 := (SELECT p.fence_xid FROM ordered_events.progress p
+                    WHERE p.stream_id = d.stream_id AND p.lane = '');
+    here oid := (SELECT b.oid FROM pg_catalog.pg_database b
+                  WHERE b.datname = pg_catalog.current_database());
+BEGIN
+    IF NOT EXISTS (SELECT FROM ordered_events.gaps(blocking_transactions.stream)) THEN
+        RETURN;                 -- nothing is missing: nothing blocks
+    END IF;
+
+    IF d.gap_policy = 'fence' THEN
+        -- The appenders older than the fence: any of them may still commit
+        -- a missing seq.
+        RETURN QUERY
+        SELECT a.pid, a.backend_xid, a.xact_start
+          FROM pg_catalog.pg_stat_activity a
+         WHERE fence IS NOT NULL AND a.datid = here
+           AND a.backend_xid IS NOT NULL AND a.pid <> pg_catalog.pg_backend_pid()
+           AND pg_catalog.age(a.backend_xid) > pg_catalog.age(pg_catalog.xid(fence))
+           AND a.pid IN (SELECT l.pid FROM pg_catalog.pg_locks l
+                          WHERE l.locktype = 'advisory' AND l.granted AND l.database = here
+                            AND l.classid = d.stream_id::oid AND l.objid = 0
+                            AND l.objsubid = 20293)
+         ORDER BY a.xact_start, a.pid;
+    ELSE
+        -- The open transactions that wrote events: any may hold a missing seq.
+        RETURN QUERY
+        SELECT a.pid, a.backend_xid, a.xact_start
+          FROM pg_catalog.pg_stat_activity a
+         WHERE a.datid = here AND a.pid <> pg_catalog.pg_backend_pid()
+           AND a.pid IN (SELECT l.pid FROM pg_catalog.pg_locks l
+                          WHERE l.granted AND l.mode = 'RowExclusiveLock' AND l.database = here
+                            AND l.relation = 'ordered_events.event_store'::pg_catalog.regclass)
+         ORDER BY a.xact_start, a.pid;
+    END IF;
+END;
+$$;
+
 DROP FUNCTION ordered_events.carry_grants(regprocedure, regprocedure);
