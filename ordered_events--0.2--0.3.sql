@@ -163,15 +163,16 @@ COMMENT ON FUNCTION ordered_events.check_new_owner(text, text, regrole, regrole)
     'Internal: the error unless a role may give an object to another role';
 
 -- An acl with a privilege (INSERT or SELECT) of a grantee added or removed:
--- one item per grantee and privilege.
+-- one item per grantee and privilege; NULL when none is left, as for a new
+-- stream ('{}' has no dimension: aclexplode() and aclmask() reject it).
 CREATE FUNCTION ordered_events.acl_with(acl aclitem[], owner regrole, grantee regrole,
                                         privilege text, present boolean)
 RETURNS aclitem[]
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-SELECT coalesce(pg_catalog.array_agg(pg_catalog.makeaclitem(x.grantee, owner, x.privilege_type, false)
-                                     ORDER BY x.grantee, x.privilege_type), '{}')
+SELECT pg_catalog.array_agg(pg_catalog.makeaclitem(x.grantee, owner, x.privilege_type, false)
+                            ORDER BY x.grantee, x.privilege_type)
   FROM (SELECT a.grantee, a.privilege_type FROM pg_catalog.aclexplode(acl) a
          WHERE NOT (a.grantee = acl_with.grantee AND a.privilege_type = privilege)
         UNION
@@ -464,6 +465,7 @@ BEGIN
     PERFORM ordered_events.check_not_null('consumer', consumer IS NULL);
     c := ordered_events.consumer_or_error(consumer);
     PERFORM ordered_events.check_owner('consumer', consumer, c.owner, caller);
+    PERFORM ordered_events.check_not_in_step(c.consumer_id);  -- not from its own handler
     SELECT array_agg(DISTINCT s.stream_id) INTO streams
       FROM ordered_events.subscription s WHERE s.consumer_id = c.consumer_id;
     PERFORM ordered_events.lock_streams(streams);
@@ -540,6 +542,7 @@ BEGIN
     PERFORM ordered_events.check_not_null('start', start IS NULL);
     c := ordered_events.consumer_or_error(consumer);
     PERFORM ordered_events.check_owner('consumer', consumer, c.owner, caller);
+    PERFORM ordered_events.check_not_in_step(c.consumer_id);  -- not from its own handler
     d := ordered_events.stream_or_error(stream);
     -- its owner reads the stream through it (a consumer of 0.2 without one: the caller)
     PERFORM ordered_events.check_stream_privilege(stream, 'read', coalesce(c.owner, caller));
@@ -618,6 +621,7 @@ BEGIN
     PERFORM ordered_events.check_not_null('stream', stream IS NULL);
     c := ordered_events.consumer_or_error(consumer);
     PERFORM ordered_events.check_owner('consumer', consumer, c.owner, caller);
+    PERFORM ordered_events.check_not_in_step(c.consumer_id);  -- not from its own handler
     d := ordered_events.stream_or_error(stream);
     PERFORM ordered_events.lock_streams(ARRAY[d.stream_id]);
     DELETE FROM ordered_events.subscription s
@@ -654,6 +658,7 @@ BEGIN
         c := ordered_events.consumer_or_error(consumer);    -- its error
     END IF;
     PERFORM ordered_events.check_owner('consumer', consumer, c.owner, caller);
+    PERFORM ordered_events.check_not_in_step(c.consumer_id);  -- not from its own handler
     PERFORM ordered_events.check_handler_timeout(handler_timeout);
     IF handler_timeout IS NOT NULL AND c.handler IS NULL THEN
         RAISE EXCEPTION 'consumer "%" has no handler', consumer
@@ -979,6 +984,79 @@ COMMENT ON FUNCTION ordered_events.check_handler_timeout(interval) IS
  * 2. Handler limits (DESIGN.md 8.2, "Time limit")
  * ------------------------------------------------------------------------
  */
+
+/*
+ * A handler that calls a function of its own consumer: the functions that
+ * change or drop a consumer call this first, and get 55006 while a step of
+ * this transaction processes it (process() and read() check it in C).
+ */
+CREATE FUNCTION ordered_events.check_not_in_step(consumer_id integer)
+RETURNS void
+LANGUAGE c VOLATILE STRICT PARALLEL RESTRICTED
+AS 'MODULE_PATHNAME', 'oe_check_not_in_step_sql';
+COMMENT ON FUNCTION ordered_events.check_not_in_step(integer) IS
+    'Internal: the error for a handler that changes, drops or reads its own consumer';
+
+/*
+ * ordered_events.handler_timeout is PGC_SUSET since 0.3: a session of
+ * another role cannot change it.  A handler function that sets it (0.2's
+ * way to lower one handler's limit) would fail at every call by a consumer
+ * owner who may not set it, so its value moves to the consumers of the
+ * function, as their own handler_timeout (the lower one if they have one),
+ * and the function's setting goes, with a warning.
+ */
+DO $$
+DECLARE
+    f record;
+BEGIN
+    FOR f IN
+        SELECT p.oid::regprocedure AS fn, c.setting,
+               CASE WHEN v.value ~ '^[0-9]+$' THEN (v.value || ' ms')::interval
+                    ELSE v.value::interval END AS timeout
+          FROM pg_catalog.pg_proc p
+         CROSS JOIN LATERAL pg_catalog.unnest(p.proconfig) c(setting)
+         CROSS JOIN LATERAL (SELECT pg_catalog.substr(c.setting,
+                                 pg_catalog.length('ordered_events.handler_timeout=') + 1)) v(value)
+         WHERE c.setting LIKE 'ordered\_events.handler\_timeout=%'
+           AND p.oid IN (SELECT pg_catalog.to_regprocedure(d.handler)
+                           FROM ordered_events.consumer_def d)
+    LOOP
+        IF f.timeout > interval '0' THEN
+            UPDATE ordered_events.consumer_def d
+               SET handler_timeout = LEAST(d.handler_timeout, f.timeout, interval '24 days')
+             WHERE pg_catalog.to_regprocedure(d.handler) = f.fn;
+        END IF;
+        EXECUTE pg_catalog.format('ALTER FUNCTION %s RESET ordered_events.handler_timeout', f.fn);
+        RAISE WARNING 'function % no longer sets %', f.fn, f.setting
+            USING DETAIL = 'Its consumers have their own handler_timeout instead (the lower one if they had one): since 0.3 only a superuser may set ordered_events.handler_timeout, and a call of the function by another role would fail.';
+    END LOOP;
+END;
+$$;
+
+/*
+ * ALTER ROLE / ALTER DATABASE ... SET of it, which any role could make for
+ * itself or its database before 0.3, is now the server's value for the
+ * sessions it applies to (the worker's too, for a database): say so.
+ */
+DO $$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN
+        SELECT coalesce(pg_catalog.quote_ident(d.datname), 'every database') AS db,
+               coalesce(pg_catalog.quote_ident(a.rolname), 'every role') AS role, c.setting
+          FROM pg_catalog.pg_db_role_setting s
+         CROSS JOIN LATERAL pg_catalog.unnest(s.setconfig) c(setting)
+          LEFT JOIN pg_catalog.pg_database d ON d.oid = s.setdatabase
+          LEFT JOIN pg_catalog.pg_roles a ON a.oid = s.setrole
+         WHERE c.setting LIKE 'ordered\_events.handler\_timeout=%'
+    LOOP
+        RAISE WARNING '% is set for % in %', r.setting, r.role, r.db
+            USING DETAIL = 'Before 0.3 any role could set it for itself or its database; now it is the server''s limit of handler calls for the sessions it applies to, and only a superuser may set it.',
+                  HINT = 'Keep it if a superuser made it; otherwise remove it with ALTER ROLE ... RESET or ALTER DATABASE ... RESET ordered_events.handler_timeout.';
+    END LOOP;
+END;
+$$;
 
 /* ------------------------------------------------------------------------
  * 3. Compaction, locks and the worker
@@ -1333,5 +1411,60 @@ $$;
 COMMENT ON FUNCTION ordered_events.lock_subscriptions(integer, integer) IS
     'Internal: wait for the reads of a consumer (or of a stream, consumer_id NULL) in progress, locking their subscription rows as read() does';
 REVOKE EXECUTE ON FUNCTION ordered_events.lock_subscriptions(integer, integer) FROM PUBLIC;
+
+/* ------------------------------------------------------------------------
+ * 4. The fence (DESIGN.md 8.4)
+ * ------------------------------------------------------------------------
+ */
+
+/*
+ * blockers() of a fence stream names what the fence waits for
+ * (src/gap_policy.c): the transactions older than the fence that hold the
+ * stream's fence lock, which append() takes before its seq (an advisory
+ * lock: database, classid = stream_id, objid 0, objsubid 20293 = 0x4F45).
+ */
+CREATE OR REPLACE FUNCTION ordered_events.blocking_transactions(stream text)
+RETURNS TABLE (pid integer, xid xid, xact_start timestamptz)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    d ordered_events.stream_def := ordered_events.stream_or_error(stream);
+    fence xid8 := (SELECT p.fence_xid FROM ordered_events.progress p
+                    WHERE p.stream_id = d.stream_id AND p.lane = '');
+    here oid := (SELECT b.oid FROM pg_catalog.pg_database b
+                  WHERE b.datname = pg_catalog.current_database());
+BEGIN
+    IF NOT EXISTS (SELECT FROM ordered_events.gaps(blocking_transactions.stream)) THEN
+        RETURN;                 -- nothing is missing: nothing blocks
+    END IF;
+
+    IF d.gap_policy = 'fence' THEN
+        -- The appenders older than the fence: any of them may still commit
+        -- a missing seq.
+        RETURN QUERY
+        SELECT a.pid, a.backend_xid, a.xact_start
+          FROM pg_catalog.pg_stat_activity a
+         WHERE fence IS NOT NULL AND a.datid = here
+           AND a.backend_xid IS NOT NULL AND a.pid <> pg_catalog.pg_backend_pid()
+           AND pg_catalog.age(a.backend_xid) > pg_catalog.age(pg_catalog.xid(fence))
+           AND a.pid IN (SELECT l.pid FROM pg_catalog.pg_locks l
+                          WHERE l.locktype = 'advisory' AND l.granted AND l.database = here
+                            AND l.classid = d.stream_id::oid AND l.objid = 0
+                            AND l.objsubid = 20293)
+         ORDER BY a.xact_start, a.pid;
+    ELSE
+        -- The open transactions that wrote events: any may hold a missing seq.
+        RETURN QUERY
+        SELECT a.pid, a.backend_xid, a.xact_start
+          FROM pg_catalog.pg_stat_activity a
+         WHERE a.datid = here AND a.pid <> pg_catalog.pg_backend_pid()
+           AND a.pid IN (SELECT l.pid FROM pg_catalog.pg_locks l
+                          WHERE l.granted AND l.mode = 'RowExclusiveLock' AND l.database = here
+                            AND l.relation = 'ordered_events.event_store'::pg_catalog.regclass)
+         ORDER BY a.xact_start, a.pid;
+    END IF;
+END;
+$$;
 
 DROP FUNCTION ordered_events.carry_grants(regprocedure, regprocedure);

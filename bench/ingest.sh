@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Figures 1 and 2: ingest cost against a plain INSERT / COPY into a bare
-# table with the same columns and indexes.  The worker is off here: these
+# table with the same columns and indexes; 1d, a producer's privilege
+# check against the owner's.  The worker is off here: these
 # figures measure the write path alone.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
@@ -40,8 +41,8 @@ INSERT INTO bare.key_events (stream_id, lane, last_event, seq, event_ts, alignme
 VALUES (1, 'k' || :client_id, false, nextval('bare.s_bare'), now(), clock_timestamp(), now(), 'k' || :client_id, '{"n": 1}');
 SQL
 
-tps() {   # tps SCRIPT SYNCHRONOUS_COMMIT
-    PGOPTIONS="-c synchronous_commit=$2" pgbench -n -M prepared -c 2 -j 2 \
+tps() {   # tps SCRIPT SYNCHRONOUS_COMMIT [MORE PGOPTIONS]
+    PGOPTIONS="-c synchronous_commit=$2 ${3:-}" pgbench -n -M prepared -c 2 -j 2 \
         -T "$PGBENCH_SECONDS" -f "$1" "$DB" 2>/dev/null |
         sed -n 's/^tps = \([0-9.]*\) .*/\1/p'
 }
@@ -63,6 +64,27 @@ echo "1. single-row ingest (pgbench, 2 clients, ${PGBENCH_SECONDS}s x $ROUNDS ro
 compare_tps "1a ingest() global, sync commit off" "$tmp/ours.sql" "$tmp/bare.sql" off 0.8
 compare_tps "1b ingest() global, sync commit on" "$tmp/ours.sql" "$tmp/bare.sql" on 0.8
 compare_tps "1c ingest() per-key, sync commit off" "$tmp/ours_pk.sql" "$tmp/bare_pk.sql" off 0.7
+
+# 1d: the privilege check (0.3).  The owner (the superuser that runs the
+# benchmark) against a producer role granted 'write': both pay the check,
+# cached per backend and role; the producer's goes through the acl once.
+psql_bench <<'SQL'
+CREATE ROLE bench_producer;
+GRANT USAGE ON SCHEMA ordered_events, bare TO bench_producer;
+GRANT EXECUTE ON FUNCTION ordered_events.ingest(text, bigint, text, jsonb, timestamptz, timestamptz, boolean)
+   TO bench_producer;
+GRANT USAGE ON SEQUENCE bare.s_ours TO bench_producer;
+SELECT ordered_events.grant_stream('bench_single', 'write', 'bench_producer');
+SQL
+ours=() owner=()
+for _ in $(seq "$ROUNDS"); do
+    ours+=("$(tps "$tmp/ours.sql" off "-c role=bench_producer")")
+    owner+=("$(tps "$tmp/ours.sql" off)")
+done
+report "1d ingest() by a producer with 'write' vs by the owner" \
+    "$(printf '%s\n' "${ours[@]}" | median)" "$(printf '%s\n' "${owner[@]}" | median)" \
+    tps ">=" 0.95 \
+    "$(printf '%s\n' "${ours[@]}" | spread)" "$(printf '%s\n' "${owner[@]}" | spread)"
 
 echo "2. bulk ingest of $BULK_ROWS rows ($ROUNDS rounds)"
 csv=$tmp/ours.csv

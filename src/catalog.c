@@ -28,6 +28,7 @@
 #include "ordered_events.h"
 
 #include "access/htup_details.h"
+#include "access/xact.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_enum.h"
@@ -346,7 +347,10 @@ gap_policy_from_name(const char *name)
 	return OE_GAP_WAIT;			/* keep compiler quiet */
 }
 
-/* Read one stream definition with the latest snapshot; false if missing. */
+/*
+ * Read one stream definition with the latest snapshot (in a parallel query,
+ * which cannot take one, with its own); false if missing.
+ */
 static bool
 read_stream(const char *name, OeStream *stream)
 {
@@ -355,7 +359,11 @@ read_stream(const char *name, OeStream *stream)
 	bool		found;
 
 	oe_internal_begin(&scope, oe_relations()->owner);
-	oe_run_plan_latest(&stream_plan, &arg, NULL);
+	/* A view's may_read_stream() may run in a parallel query's leader. */
+	if (IsInParallelMode())
+		oe_run_plan(&stream_plan, &arg, NULL, SPI_OK_SELECT);
+	else
+		oe_run_plan_latest(&stream_plan, &arg, NULL);
 	found = (SPI_processed == 1);
 	if (found)
 	{

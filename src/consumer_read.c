@@ -200,6 +200,7 @@ typedef struct Reader
 /* What one read() or peek() reads with. */
 typedef struct ReadContext
 {
+	Oid			reader;			/* must have 'read' on every stream */
 	int32		consumer_id;
 	int32		partitions;
 	int32		partition;
@@ -471,6 +472,19 @@ compare_heads(Datum a, Datum b, void *arg)
 	return 0;
 }
 
+/*
+ * Fail unless the consumer's reader may still read the stream: a revoked
+ * 'read' stops the reads, as it stops subscribing.
+ */
+static void
+check_read_privilege(const ReadContext *cx, text *name)
+{
+	OeStream	stream;
+
+	if (oe_lookup_stream(text_to_cstring(name), &stream))
+		oe_check_stream_privilege(&stream, cx->reader, OE_PRIV_READ);
+}
+
 /* The consumer's subscriptions in this partition, as readers. */
 static List *
 load_readers(ReadContext *cx)
@@ -494,6 +508,7 @@ load_readers(ReadContext *cx)
 
 		r->stream_id = DatumGetInt32(SPI_getbinval(row, desc, 1, &isnull));
 		r->stream = DatumGetTextPCopy(SPI_getbinval(row, desc, 2, &isnull));
+		check_read_privilege(cx, r->stream);
 		r->head.stream_id = r->stream_id;
 		r->head.stream = r->stream;
 		r->per_key = DatumGetBool(SPI_getbinval(row, desc, 3, &isnull));
@@ -673,6 +688,7 @@ oe_consumer_take(const OeConsumer *consumer, int32 max_events, bool consume,
 	ListCell   *lc;
 	int32		taken;
 
+	cx.reader = consumer->reader;
 	cx.consumer_id = consumer->consumer_id;
 	cx.partitions = consumer->partitions;
 	cx.partition = consumer->partition;
@@ -771,6 +787,8 @@ read_consumer(FunctionCallInfo fcinfo, bool consume)
 	oe_internal_begin(&scope, oe_relations()->owner);
 	oe_consumer_lookup(PG_GETARG_DATUM(0), PG_GETARG_INT32(2), &consumer);
 	oe_check_owner(caller, consumer.owner, "consumer", consumer.name);
+	oe_check_not_in_step(consumer.consumer_id);
+	consumer.reader = OidIsValid(consumer.owner) ? consumer.owner : caller;
 	if (consumer.handler != NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_WRONG_OBJECT_TYPE),

@@ -16,32 +16,73 @@
  *
  * The handler is user code.  It runs as the role that created the
  * consumer, in a security-restricted context (no SET ROLE, no temporary
- * objects), with search_path "pg_catalog, pg_temp", its GUC changes undone
- * after each call, and for at most ordered_events.handler_timeout.  An
- * error it raises belongs to its event: the event goes to unprocessed
- * (exception_thrown), the key's state stays as it was, the next event goes
- * on.  Errors are caught by subtransactions, one per batch, not one per
- * event: the batch's calls run in one; after an error, the events before
- * the failing one run again in a new one (the rollback undid them), then
- * the rest from the failing one on.  An error raised by the first call of
- * a subtransaction is that event's for good.  A cancel that is not a
- * timeout is not the handler's: it ends the step, which changes nothing.
+ * objects, no PREPARE, no cursor WITH HOLD, no LISTEN), with search_path
+ * "pg_catalog, pg_temp", and its GUC changes (SET, set_config()) undone
+ * after each call.  An error it raises belongs to its event: the event
+ * goes to unprocessed (exception_thrown), the key's state stays as it was,
+ * the next event goes on.  Errors are caught by subtransactions, one per
+ * batch, not one per event: the batch's calls run in one; after an error,
+ * the events before the failing one run again in a new one (the rollback
+ * undid them), then the rest from the failing one on.  An error raised by
+ * the first call of a subtransaction is that event's for good, and so is
+ * at once a call past its time limit (another call would cost another
+ * limit).  A cancel that is not a timeout is not the handler's: it ends
+ * the step, which changes nothing, even if the handler caught it and
+ * returned.
+ *
+ * Time limit.  A call may take the consumer's handler_timeout, at most the
+ * server's ordered_events.handler_timeout (the DBA's ceiling), lowered by
+ * the function's own setting of it.  At the limit the call is cancelled
+ * (through the statement timeout), and again every OE_RECANCEL_MS while
+ * it runs on; a call that ends past its limit, by an error or by returning
+ * after it caught the cancel, is its event's error (57014).  A call that
+ * has not returned a grace period after its limit is stopped for good: the
+ * timeout handler sets ProcDiePending, so the next CHECK_FOR_INTERRUPTS
+ * raises a FATAL that no exception block catches, and the process exits
+ * (the worker, whom the launcher starts again, or the session that called
+ * process()).  On its way out, a before_shmem_exit callback records the
+ * call in shared memory (shmem.c, "stopped calls"); the next step of that
+ * consumer partition, in whatever backend, makes the event a dead letter
+ * without calling the handler, and forgets the record when it commits.
+ * Signal handlers here only set flags: everything else happens in normal
+ * context.  A crash restart of the server forgets the records.
+ *
+ * Re-entrancy.  A backend knows the steps it is running (active_step, a
+ * stack: a handler may call process() of another consumer).  A handler
+ * that calls process() or read() of a consumer being processed, or
+ * anything else that calls check_not_in_step(), gets 55006 for its event.
+ *
+ * Session state.  A handler's session-level advisory locks do not outlive
+ * its call: they are released after each call in which the handler used
+ * the session-level advisory lock functions.  process() in a session that
+ * holds advisory locks of its own cannot tell them from the handler's, so
+ * there those functions are refused (42501), and the session's locks stay
+ * as they were.
  *
  *-------------------------------------------------------------------------
  */
 #include "ordered_events.h"
 
+#include <signal.h>
+
 #include "access/htup_details.h"
 #include "access/xact.h"
+#include "catalog/objectaccess.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
 #include "commands/sequence.h"
 #include "common/hashfn.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "storage/ipc.h"
+#include "storage/lock.h"
+#include "storage/proc.h"
+#include "storage/shmem.h"
 #include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/elog.h"
+#include "utils/fmgroids.h"
 #include "utils/guc.h"
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
@@ -50,6 +91,17 @@
 #include "utils/timeout.h"
 #include "utils/timestamp.h"
 #include "utils/typcache.h"
+
+/* A call past its limit is cancelled again this often (ms). */
+#define OE_RECANCEL_MS		100
+
+/*
+ * The grace period after the limit before a call is stopped for good: the
+ * limit again, at least 1 s (time to roll back what it did) and at most
+ * 5 s.
+ */
+#define OE_GRACE_MIN_MS		1000
+#define OE_GRACE_MAX_MS		5000
 
 enum
 {
@@ -103,34 +155,93 @@ typedef struct BatchEvent
 	OeReadEvent event;			/* copied into the step's context */
 	KeyState   *key;
 	char	   *error;			/* the handler's error, NULL if none */
+	bool		skip;			/* its error is final: not called again */
 	Datum		result;			/* jsonb */
 	bool		has_result;
 } BatchEvent;
+
+/* Where a step's time limit comes from, for its dead letters. */
+typedef enum LimitSource
+{
+	LIMIT_SERVER,				/* ordered_events.handler_timeout */
+	LIMIT_CONSUMER,				/* the consumer's handler_timeout */
+	LIMIT_FUNCTION				/* the function's own setting of the GUC */
+} LimitSource;
 
 /* A processing step. */
 typedef struct Step
 {
 	const OeConsumer *consumer;
+	struct Step *outer_step;	/* the step whose handler called process() */
+	bool		in_worker;
 	MemoryContext cxt;			/* lives as long as the step */
 	MemoryContext call_cxt;		/* reset after each handler call */
 	BatchEvent *events;
 	int			nevents;
 	int			max_events;		/* room in events */
+	int32		requested;		/* the most events the step takes */
 	HTAB	   *keys;			/* KeyStates by key */
 	int			attempt;
 	char	   *error;			/* what the last failed attempt's handler raised */
+	bool		error_final;	/* ... a time limit: not to be called again */
 
 	/* the handler */
 	FmgrInfo	flinfo;
 	TupleDesc	event_desc;
-	int			timeout_ms;		/* its handler_timeout; 0: none */
+	int			server_ms;		/* the server's limit for this caller; 0: none */
+	int			timeout_ms;		/* the limit of a call; 0: none */
+	LimitSource timeout_source;
+	int			grace_ms;		/* then how long before it is stopped */
+
+	/* the session's advisory locks when the step began (see the banner) */
+	bool		holds_advisory;
+
+	/* the call running, if any, and its limit */
+	BatchEvent *call_event;
+	TimestampTz call_started;
+	TimestampTz deadline;		/* of the call's limit, when timeout_ms > 0 */
+	TimestampTz stop_at;		/* ... and of its grace period */
 
 	/* the statement timeout as it was before a handler call */
-	bool		timeout_set;	/* a call's limit is armed */
+	bool		timeout_set_for_call;	/* the call's timeouts are armed */
+	bool		timeout_set;	/* ... and its statement timeout */
 	bool		outer_active;
 	TimestampTz outer_at;
-	TimestampTz deadline;		/* of the call's limit */
 } Step;
+
+/* The steps this backend runs, innermost first (see the banner). */
+static Step *active_step = NULL;
+
+/*
+ * Set by the signal handlers, read in normal context.  A cancel signal
+ * that came before any limit of the running calls is a cancel by request;
+ * one at or after it may be the statement timeout's own.
+ */
+static volatile sig_atomic_t cancel_requested = false;
+static volatile sig_atomic_t stop_requested = false;
+
+/* Written in normal context while no limit timeout can fire; read by them. */
+static TimestampTz timeouts_from = 0;	/* earliest limit of the running calls */
+static TimestampTz stop_calls_at = 0;	/* earliest end of their grace periods */
+
+static bool backend_set_up = false;	/* see setup_backend() */
+static TimeoutId recancel_timeout;
+static pqsigfunc prev_sigint_handler = NULL;
+
+/* The handlers of a transaction used session-level advisory locks. */
+static bool session_advisory_used = false;
+
+/* Stopped calls whose dead letters this transaction writes. */
+typedef struct StoppedToForget
+{
+	OeStoppedCall call;
+	SubTransactionId subid;
+} StoppedToForget;
+
+static List *stopped_to_forget = NIL;
+
+static object_access_hook_type prev_object_access_hook = NULL;
+static emit_log_hook_type prev_emit_log_hook = NULL;
 
 /* Hash and match of KeyState keys: the texts they point to. */
 static uint32
@@ -235,12 +346,12 @@ load_states(Step *step)
 }
 
 /*
- * The handler's time limit: ordered_events.handler_timeout, or the
- * function's own setting of it (ALTER FUNCTION ... SET) if that is lower:
- * a handler's owner may shorten its limit, never lengthen or lift it.
+ * The function's own setting of ordered_events.handler_timeout (ALTER
+ * FUNCTION ... SET), in ms; -1 if it has none; 0 if it has one that does
+ * not lower the limit (0 or unreadable).
  */
 static int
-handler_timeout_of(HeapTuple proc_tuple)
+function_timeout_of(HeapTuple proc_tuple)
 {
 	static const char prefix[] = "ordered_events.handler_timeout=";
 	bool		isnull;
@@ -248,7 +359,7 @@ handler_timeout_of(HeapTuple proc_tuple)
 	ArrayType  *array;
 	Datum	   *items;
 	int			nitems;
-	int			timeout_ms = oe_handler_timeout;
+	int			timeout_ms = -1;
 	int			own;
 
 	if (isnull)
@@ -259,12 +370,87 @@ handler_timeout_of(HeapTuple proc_tuple)
 	{
 		char	   *item = TextDatumGetCString(items[i]);
 
-		if (strncmp(item, prefix, sizeof(prefix) - 1) == 0 &&
-			parse_int(item + sizeof(prefix) - 1, &own, GUC_UNIT_MS, NULL) &&
-			own > 0 && (timeout_ms <= 0 || own < timeout_ms))
-			timeout_ms = own;
+		if (strncmp(item, prefix, sizeof(prefix) - 1) == 0)
+			timeout_ms = parse_int(item + sizeof(prefix) - 1, &own, GUC_UNIT_MS, NULL) ?
+				Max(own, 0) : 0;
 	}
 	return timeout_ms;
+}
+
+/*
+ * A call's time limit: the consumer's handler_timeout, capped by the
+ * server's (when it has one), or the server's; then the function's own
+ * setting if that is lower.  A consumer's owner may shorten the limit,
+ * never lengthen or lift it.
+ */
+static void
+choose_limit(Step *step, HeapTuple proc_tuple)
+{
+	const OeConsumer *c = step->consumer;
+	int			own = c->handler_timeout_ms;
+	int			fn = function_timeout_of(proc_tuple);
+
+	/*
+	 * Calling a function that sets this PGC_SUSET parameter fails for a
+	 * role that may not set it (since 0.3): the step's error, so that the
+	 * events wait rather than all become dead letters.
+	 */
+	if (fn >= 0 && !superuser_arg(c->owner) &&
+		pg_parameter_aclcheck("ordered_events.handler_timeout", c->owner, ACL_SET) != ACLCHECK_OK)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("handler %s of consumer \"%s\" sets ordered_events.handler_timeout, which role %s may not set",
+						c->handler, c->name, GetUserNameFromId(c->owner, false)),
+				 errdetail("Only a superuser, or a role granted SET on it, may set ordered_events.handler_timeout."),
+				 errhint("Remove the setting with ALTER FUNCTION %s RESET ordered_events.handler_timeout; "
+						 "the consumer's own handler_timeout lowers its limit instead.",
+						 c->handler)));
+
+	step->timeout_ms = step->server_ms;
+	step->timeout_source = LIMIT_SERVER;
+	if (own > 0 && (step->timeout_ms <= 0 || own < step->timeout_ms))
+	{
+		step->timeout_ms = own;
+		step->timeout_source = LIMIT_CONSUMER;
+	}
+	if (fn > 0 && (step->timeout_ms <= 0 || fn < step->timeout_ms))
+	{
+		step->timeout_ms = fn;
+		step->timeout_source = LIMIT_FUNCTION;
+	}
+	step->grace_ms = Min(Max(step->timeout_ms, OE_GRACE_MIN_MS), OE_GRACE_MAX_MS);
+}
+
+/* The step's limit, as its dead letters name it. */
+static char *
+limit_text(const Step *step)
+{
+	if (step->timeout_source == LIMIT_CONSUMER)
+		return psprintf("handler_timeout of consumer \"%s\" is %d ms",
+						step->consumer->name, step->timeout_ms);
+	return psprintf("ordered_events.handler_timeout is %d ms", step->timeout_ms);
+}
+
+/*
+ * The server's ordered_events.handler_timeout for the calling role: the
+ * session's value for a superuser, who may SET it; for anyone else the
+ * value the session started with (postgresql.conf, ALTER SYSTEM, or ALTER
+ * DATABASE / ALTER ROLE ... SET, which for this PGC_SUSET setting only a
+ * superuser or a role granted SET on it can make), never a value set
+ * since.  Call as the calling role.
+ */
+static int
+server_timeout_for_caller(void)
+{
+	const char *reset;
+	int			value;
+
+	if (superuser())
+		return oe_handler_timeout;
+	reset = GetConfigOptionResetString("ordered_events.handler_timeout");
+	if (reset == NULL || !parse_int(reset, &value, GUC_UNIT_MS, NULL))
+		elog(ERROR, "cannot read the reset value of ordered_events.handler_timeout");
+	return value;
 }
 
 /* A role's name for a message. */
@@ -299,7 +485,7 @@ open_handler(Step *step)
 	if (!HeapTupleIsValid(tuple))
 		elog(ERROR, "cache lookup failed for function %u", fn);
 	proc = (Form_pg_proc) GETSTRUCT(tuple);
-	step->timeout_ms = handler_timeout_of(tuple);
+	choose_limit(step, tuple);
 	if (proc->proowner != c->handler_owner)
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
@@ -336,36 +522,160 @@ open_handler(Step *step)
 }
 
 /*
- * Arm ordered_events.handler_timeout for one call, through the statement
- * timeout, so that the handler is cancelled like a statement; an earlier
- * statement timeout of the caller stays as it is.
+ * Timeout handler, in signal context: a call runs past its limit.  Cancel
+ * it again, or, once its grace period is over, stop the process.  Only
+ * flags are set here; the exit callback records the call.
  */
 static void
-arm_timeout(Step *step)
+recancel_handler(void)
 {
+	if (GetCurrentTimestamp() >= stop_calls_at)
+	{
+		stop_requested = true;
+		ProcDiePending = true;
+	}
+	else
+		QueryCancelPending = true;
+	InterruptPending = true;
+	SetLatch(MyLatch);
+}
+
+/*
+ * SIGINT, in signal context: note a cancel that came while calls run and
+ * before any of their limits (then it is a cancel by request, not a
+ * statement timeout), and do what the signal does anyway.
+ */
+static void
+handler_sigint(SIGNAL_ARGS)
+{
+	int			save_errno = errno;
+
+	if (GetCurrentTimestamp() < timeouts_from)
+		cancel_requested = true;
+	errno = save_errno;
+	prev_sigint_handler(postgres_signal_arg);
+}
+
+/*
+ * Arm the recancel timeout for the calls running now, innermost and outer
+ * ones: from the earliest limit on, every OE_RECANCEL_MS, until the
+ * earliest end of a grace period.  No call running: none.
+ */
+static void
+set_call_timeouts(void)
+{
+	TimestampTz first_limit = DT_NOEND;
+	TimestampTz from = DT_NOEND;
+	TimestampTz stop = DT_NOEND;
+	bool		running = false;
+
+	for (Step *s = active_step; s != NULL; s = s->outer_step)
+	{
+		if (s->call_event == NULL || !s->timeout_set_for_call)
+			continue;
+		running = true;
+		if (s->timeout_ms > 0)
+		{
+			first_limit = Min(first_limit, s->deadline);
+			stop = Min(stop, s->stop_at);
+		}
+		if (s->outer_active)
+			from = Min(from, s->outer_at);
+	}
+	if (get_timeout_active(recancel_timeout))
+		disable_timeout(recancel_timeout, false);
+	timeouts_from = running ? Min(from, first_limit) : 0;
+	stop_calls_at = stop;
+	if (first_limit != DT_NOEND)
+		enable_timeout_every(recancel_timeout,
+							 TimestampTzPlusMilliseconds(first_limit, OE_RECANCEL_MS),
+							 OE_RECANCEL_MS);
+}
+
+/*
+ * A call begins: arm its limit through the statement timeout, so that the
+ * handler is cancelled like a statement (an earlier statement timeout of
+ * the caller stays as it is), and the recancel timeout.
+ */
+static void
+begin_call(Step *step, BatchEvent *e)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (step->outer_step == NULL)
+		cancel_requested = false;
+	step->call_event = e;
+	step->call_started = now;
 	step->outer_active = get_timeout_active(STATEMENT_TIMEOUT);
 	if (step->outer_active)
 		step->outer_at = get_timeout_finish_time(STATEMENT_TIMEOUT);
-	if (step->timeout_ms <= 0)
-		return;
-	step->deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), step->timeout_ms);
-	if (step->outer_active && step->outer_at <= step->deadline)
-		return;
-	enable_timeout_at(STATEMENT_TIMEOUT, step->deadline);
-	step->timeout_set = true;
+	if (step->timeout_ms > 0)
+	{
+		step->deadline = TimestampTzPlusMilliseconds(now, step->timeout_ms);
+		step->stop_at = TimestampTzPlusMilliseconds(step->deadline, step->grace_ms);
+		if (!(step->outer_active && step->outer_at <= step->deadline))
+		{
+			enable_timeout_at(STATEMENT_TIMEOUT, step->deadline);
+			step->timeout_set = true;
+		}
+	}
+	step->timeout_set_for_call = true;
+	set_call_timeouts();
 }
 
-/* Put the caller's statement timeout back. */
+/*
+ * The call returned or raised: disarm its limit, put the caller's
+ * statement timeout back.  The call is still judged as its event's
+ * (call_event) until the caller clears call_event.
+ */
 static void
-disarm_timeout(Step *step)
+disarm_call(Step *step)
 {
-	if (!step->timeout_set)
+	if (!step->timeout_set_for_call)
 		return;
-	step->timeout_set = false;
-	if (step->outer_active && step->outer_at > GetCurrentTimestamp())
-		enable_timeout_at(STATEMENT_TIMEOUT, step->outer_at);
-	else
-		disable_timeout(STATEMENT_TIMEOUT, true);	/* keep a cancel's reason */
+	step->timeout_set_for_call = false;
+	if (step->timeout_set)
+	{
+		step->timeout_set = false;
+		if (step->outer_active && step->outer_at > GetCurrentTimestamp())
+			enable_timeout_at(STATEMENT_TIMEOUT, step->outer_at);
+		else
+			disable_timeout(STATEMENT_TIMEOUT, true);	/* keep a cancel's reason */
+	}
+	set_call_timeouts();
+}
+
+/*
+ * After a call that returned: past its limit it is its event's error, even
+ * if the handler caught the cancel; a cancel by request that the handler
+ * caught still ends the step.
+ */
+static void
+check_call_end(Step *step)
+{
+	if (step->timeout_ms > 0 && GetCurrentTimestamp() >= step->deadline)
+		ereport(ERROR,
+				(errcode(ERRCODE_QUERY_CANCELED),
+				 errmsg("handler returned after its time limit")));
+	if (cancel_requested)
+		ereport(ERROR,
+				(errcode(ERRCODE_QUERY_CANCELED),
+				 errmsg("canceling statement due to user request"),
+				 errdetail("Handler %s caught the cancel and returned.",
+						   step->consumer->handler)));
+}
+
+/*
+ * The session-level advisory locks the handler took go after its call, if
+ * the handlers of this transaction used them and the session held none of
+ * its own when the step began (else they were refused, see
+ * handler_object_access()).
+ */
+static void
+release_handler_locks(const Step *step)
+{
+	if (session_advisory_used && !step->holds_advisory)
+		LockReleaseSession(USER_LOCKMETHOD);
 }
 
 /*
@@ -413,10 +723,13 @@ call_handler(Step *step, BatchEvent *e)
 	SetUserIdAndSecContext(step->consumer->owner, save_sec_context |
 						   SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
 	save_nestlevel = NewGUCNestLevel();
-	arm_timeout(step);
+	begin_call(step, e);
 	result = FunctionCallInvoke(fcinfo);
-	disarm_timeout(step);
+	disarm_call(step);
 	CHECK_FOR_INTERRUPTS();		/* a limit that struck as the call returned */
+	check_call_end(step);
+	step->call_event = NULL;
+	release_handler_locks(step);
 	AtEOXact_GUC(false, save_nestlevel);	/* undo its SETs, as index builds do */
 	SetUserIdAndSecContext(save_userid, save_sec_context);
 
@@ -463,23 +776,24 @@ keep_attempt(Step *step, int from, int to)
 
 /*
  * The error as its event's dead letter says it, or NULL if it is not the
- * handler's.  A cancel is only if it is a timeout: ours, or the caller's
- * statement_timeout that struck inside the handler; a cancel by request
- * ends the step.
+ * handler's.  A cancel is only if it is a timeout of a call ("in_call": it
+ * was raised during one, or as it returned): ours, or the caller's
+ * statement_timeout that struck inside the handler; a cancel by request,
+ * or between calls, ends the step.
  */
 static char *
-handler_error(Step *step, ErrorData *edata)
+handler_error(Step *step, ErrorData *edata, bool in_call)
 {
 	TimestampTz now = GetCurrentTimestamp();
-	bool		ours = step->timeout_ms > 0 && now >= step->deadline;
+	bool		ours = in_call && step->timeout_ms > 0 && now >= step->deadline;
+	bool		outer = in_call && step->outer_active && now >= step->outer_at;
 
-	if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED &&
-		!ours && !(step->outer_active && now >= step->outer_at))
+	if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED && !ours && !outer)
 		return NULL;
+	step->error_final = ours;
 	return psprintf("SQLSTATE %s: %s%s", unpack_sql_state(edata->sqlerrcode), edata->message,
 					edata->sqlerrcode == ERRCODE_QUERY_CANCELED && ours ?
-					psprintf(" (ordered_events.handler_timeout is %d ms)", step->timeout_ms) :
-					"");
+					psprintf(" (%s)", limit_text(step)) : "");
 }
 
 /*
@@ -502,6 +816,8 @@ attempt(Step *step, int from, int to)
 	{
 		for (; i < to; i++)
 		{
+			if (step->events[i].skip)
+				continue;		/* a dead letter already */
 			CHECK_FOR_INTERRUPTS();
 			call_handler(step, &step->events[i]);
 		}
@@ -512,17 +828,20 @@ attempt(Step *step, int from, int to)
 	PG_CATCH();
 	{
 		ErrorData  *edata;
+		bool		in_call = step->call_event != NULL;
 
-		disarm_timeout(step);
+		disarm_call(step);
+		step->call_event = NULL;
 		MemoryContextSwitchTo(step->cxt);
 		edata = CopyErrorData();
 		FlushErrorState();
 		RollbackAndReleaseCurrentSubTransaction();
+		release_handler_locks(step);	/* a rollback keeps session locks */
 		MemoryContextSwitchTo(old);
 		CurrentResourceOwner = oldowner;
 		MemoryContextReset(step->call_cxt);
 		MemoryContextSwitchTo(step->cxt);
-		step->error = handler_error(step, edata);
+		step->error = handler_error(step, edata, in_call);
 		MemoryContextSwitchTo(old);
 		if (step->error == NULL)
 			ReThrowError(edata);
@@ -556,6 +875,13 @@ apply_all(Step *step)
 			/* The first event raised, alone: that error is its own. */
 			step->events[from++].error = step->error;
 			to = step->nevents;
+		}
+		else if (step->error_final)
+		{
+			/* Its limit struck: its own error, not worth another limit. */
+			step->events[failed].error = step->error;
+			step->events[failed].skip = true;
+			to = failed;		/* again, up to it */
 		}
 		else
 			to = failed;		/* again, up to the event that raised */
@@ -693,6 +1019,297 @@ save_dead_letters(Step *step)
 }
 
 /*
+ * Stopped calls (see the banner)
+ */
+
+/* A stopped call's dead letter. */
+static char *
+stopped_detail(const OeStoppedCall *call)
+{
+	return psprintf("SQLSTATE 57014: handler did not return within %d ms, past its limit of %d ms; %s",
+					call->waited_ms, call->timeout_ms,
+					call->worker ? "its worker was stopped"
+					: "the session that called process() was stopped");
+}
+
+/* Forget a stopped call when the transaction commits (see stopped_xact_callback). */
+static void
+forget_at_commit(const OeStoppedCall *call)
+{
+	MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+	StoppedToForget *entry = palloc(sizeof(StoppedToForget));
+
+	entry->call = *call;
+	entry->subid = GetCurrentSubTransactionId();
+	stopped_to_forget = lappend(stopped_to_forget, entry);
+	MemoryContextSwitchTo(old);
+}
+
+/*
+ * The stopped calls of the step's partition: an event of the batch that
+ * one of them names is a dead letter, not called again.  A record whose
+ * event is not in a batch that took fewer events than it could is stale
+ * (that event was applied, or is no longer read): it goes too.
+ */
+static void
+take_stopped_calls(Step *step)
+{
+	OeStoppedCall calls[16];
+	int			ncalls;
+
+	ncalls = oe_stopped_calls_of(MyDatabaseId, step->consumer->consumer_id,
+								 step->consumer->partition, calls, lengthof(calls));
+	for (int c = 0; c < ncalls; c++)
+	{
+		bool		found = false;
+
+		for (int i = 0; i < step->nevents && !found; i++)
+		{
+			BatchEvent *e = &step->events[i];
+
+			if (e->event.stream_id == calls[c].stream_id && e->event.seq == calls[c].seq &&
+				e->event.arrival == calls[c].arrival)
+			{
+				e->skip = true;
+				e->error = MemoryContextStrdup(step->cxt, stopped_detail(&calls[c]));
+				found = true;
+			}
+		}
+		if (found || step->nevents < step->requested)
+			forget_at_commit(&calls[c]);
+	}
+}
+
+/*
+ * Exit callback: the process exits during calls past their limits (stopped
+ * by recancel_handler(), or terminated meanwhile).  Record each such call,
+ * so that no step calls the handler for that event again.  Runs in normal
+ * context, before the transaction is rolled back and its locks released:
+ * the next step of the partition, which waits for them, sees the record.
+ */
+static void
+record_stopped_calls(int code, Datum arg)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	for (Step *s = active_step; s != NULL; s = s->outer_step)
+	{
+		OeStoppedCall call = {0};
+
+		if (s->call_event == NULL || s->timeout_ms <= 0 || now < s->deadline)
+			continue;
+		call.dboid = MyDatabaseId;
+		call.consumer_id = s->consumer->consumer_id;
+		call.partition = s->consumer->partition;
+		call.stream_id = s->call_event->event.stream_id;
+		call.seq = s->call_event->event.seq;
+		call.arrival = s->call_event->event.arrival;
+		call.timeout_ms = s->timeout_ms;
+		call.waited_ms = (int32) Min((now - s->call_started) / 1000, PG_INT32_MAX);
+		call.worker = IsBackgroundWorker;
+		call.stopped_at = now;
+		if (!oe_add_stopped_call(&call))
+			ereport(LOG,
+					(errmsg("ordered_events could not record the stopped call of handler %s of consumer \"%s\"",
+							s->consumer->handler, s->consumer->name),
+					 errdetail("Without ordered_events in shared_preload_libraries there is no shared memory: the next step calls the handler for that event again.")));
+	}
+	active_step = NULL;
+}
+
+/*
+ * emit_log_hook: the FATAL that stops the process says why.  Runs in the
+ * error's memory context.
+ */
+static void
+explain_stop(ErrorData *edata)
+{
+	if (stop_requested && edata->elevel == FATAL &&
+		edata->sqlerrcode == ERRCODE_ADMIN_SHUTDOWN && edata->detail == NULL)
+	{
+		TimestampTz now = GetCurrentTimestamp();
+
+		/* the call whose grace period ended (an outer one's may end first) */
+		for (Step *s = active_step; s != NULL; s = s->outer_step)
+		{
+			if (s->call_event == NULL || s->timeout_ms <= 0 || now < s->stop_at)
+				continue;
+			edata->detail = psprintf("Handler %s of consumer \"%s\" did not return within %d ms after its limit of %d ms; "
+									 "the event (seq " INT64_FORMAT " of stream %s) %s.",
+									 s->consumer->handler, s->consumer->name, s->grace_ms,
+									 s->timeout_ms, s->call_event->event.seq,
+									 text_to_cstring(s->call_event->event.stream),
+									 oe_shared != NULL ? "becomes a dead letter"
+									 : "will be applied again: without shared_preload_libraries nothing records it");
+			break;
+		}
+	}
+	if (prev_emit_log_hook)
+		prev_emit_log_hook(edata);
+}
+
+/*
+ * Transaction callbacks: the stopped calls whose dead letters a
+ * transaction wrote are forgotten when it commits; an abort keeps them, and
+ * so does PREPARE TRANSACTION (the next step finds them stale if it
+ * commits).  The handlers' use of session-level advisory locks is per
+ * transaction too.
+ */
+static void
+handler_xact_callback(XactEvent event, void *arg)
+{
+	ListCell   *lc;
+
+	switch (event)
+	{
+		case XACT_EVENT_COMMIT:
+			foreach(lc, stopped_to_forget)
+				oe_forget_stopped_call(&((StoppedToForget *) lfirst(lc))->call);
+			/* FALLTHROUGH */
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PREPARE:
+		case XACT_EVENT_PARALLEL_COMMIT:
+		case XACT_EVENT_PARALLEL_ABORT:
+			list_free_deep(stopped_to_forget);
+			stopped_to_forget = NIL;
+			session_advisory_used = false;
+			break;
+		default:
+			break;
+	}
+}
+
+static void
+handler_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+						 SubTransactionId parentSubid, void *arg)
+{
+	ListCell   *lc;
+
+	if (event != SUBXACT_EVENT_ABORT_SUB)
+		return;
+	/* what this subtransaction or one of its committed children noted */
+	foreach(lc, stopped_to_forget)
+	{
+		StoppedToForget *entry = lfirst(lc);
+
+		if (entry->subid >= mySubid)
+		{
+			stopped_to_forget = foreach_delete_current(stopped_to_forget, lc);
+			pfree(entry);
+		}
+	}
+}
+
+/*
+ * Session state: advisory locks (see the banner)
+ */
+
+/* The session-level advisory lock functions. */
+static bool
+is_session_advisory_function(Oid fn)
+{
+	switch (fn)
+	{
+		case F_PG_ADVISORY_LOCK_INT8:
+		case F_PG_ADVISORY_LOCK_SHARED_INT8:
+		case F_PG_TRY_ADVISORY_LOCK_INT8:
+		case F_PG_TRY_ADVISORY_LOCK_SHARED_INT8:
+		case F_PG_ADVISORY_UNLOCK_INT8:
+		case F_PG_ADVISORY_UNLOCK_SHARED_INT8:
+		case F_PG_ADVISORY_LOCK_INT4_INT4:
+		case F_PG_ADVISORY_LOCK_SHARED_INT4_INT4:
+		case F_PG_TRY_ADVISORY_LOCK_INT4_INT4:
+		case F_PG_TRY_ADVISORY_LOCK_SHARED_INT4_INT4:
+		case F_PG_ADVISORY_UNLOCK_INT4_INT4:
+		case F_PG_ADVISORY_UNLOCK_SHARED_INT4_INT4:
+		case F_PG_ADVISORY_UNLOCK_ALL:
+			return true;
+		default:
+			return false;
+	}
+}
+
+/*
+ * Whether this backend holds an advisory lock (session or transaction
+ * level): its lock table entries of the user lock method, read as
+ * LockReleaseAll() reads them, one partition at a time.
+ */
+static bool
+session_holds_advisory_locks(void)
+{
+	for (int i = 0; i < NUM_LOCK_PARTITIONS; i++)
+	{
+		LWLock	   *partition_lock = LockHashPartitionLockByIndex(i);
+		SHM_QUEUE  *proc_locks = &MyProc->myProcLocks[i];
+		PROCLOCK   *proclock;
+		bool		found = false;
+
+		LWLockAcquire(partition_lock, LW_SHARED);
+		proclock = (PROCLOCK *) SHMQueueNext(proc_locks, proc_locks,
+											 offsetof(PROCLOCK, procLink));
+		while (proclock != NULL && !found)
+		{
+			found = PROCLOCK_LOCKMETHOD(*proclock) == USER_LOCKMETHOD && proclock->holdMask != 0;
+			proclock = (PROCLOCK *) SHMQueueNext(proc_locks, &proclock->procLink,
+												 offsetof(PROCLOCK, procLink));
+		}
+		LWLockRelease(partition_lock);
+		if (found)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * object_access_hook: a handler prepares a call of a session-level advisory
+ * lock function (checked where its EXECUTE privilege is: when the call is
+ * prepared).  Note it, so that its locks are released after the call; or
+ * refuse it where the session holds advisory locks of its own.
+ */
+static void
+handler_object_access(ObjectAccessType access, Oid classId, Oid objectId,
+					  int subId, void *arg)
+{
+	if (prev_object_access_hook)
+		prev_object_access_hook(access, classId, objectId, subId, arg);
+
+	if (access != OAT_FUNCTION_EXECUTE || active_step == NULL ||
+		active_step->call_event == NULL || !is_session_advisory_function(objectId))
+		return;
+	for (Step *s = active_step; s != NULL; s = s->outer_step)
+		if (s->holds_advisory)
+			ereport(ERROR,
+					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+					 errmsg("a handler cannot use session-level advisory locks in a session that holds advisory locks"),
+					 errdetail("process() of consumer \"%s\" was called by a session holding advisory locks: "
+							   "the handler's could not be told from them to be released after its call.",
+							   s->consumer->name),
+					 errhint("Use pg_advisory_xact_lock() in the handler, or call process() from a session that holds no advisory lock.")));
+	session_advisory_used = true;
+}
+
+/*
+ * What a backend sets up at its first processing step: the recancel
+ * timeout, the SIGINT wrapper, the exit callback.
+ */
+static void
+setup_backend(void)
+{
+	pqsigfunc	prev;
+
+	if (backend_set_up)
+		return;
+	recancel_timeout = RegisterTimeout(USER_TIMEOUT, recancel_handler);
+	prev = pqsignal(SIGINT, handler_sigint);
+	if (prev == SIG_ERR || prev == SIG_IGN || prev == SIG_DFL)
+		(void) pqsignal(SIGINT, prev);	/* nothing to wrap: no cancel is told apart */
+	else
+		prev_sigint_handler = prev;
+	before_shmem_exit(record_stopped_calls, (Datum) 0);
+	backend_set_up = true;
+}
+
+/*
  * Apply the batch without the worker's short lock_timeout, which guards
  * the worker's own queries: a handler that waits for a lock is bounded by
  * its handler_timeout, and a passing lock conflict is no dead letter.
@@ -714,13 +1331,17 @@ apply_all_in_worker(Step *step)
  * events applied, errors included.
  */
 static int64
-process_step(const OeConsumer *consumer, int32 max_events, bool in_worker)
+process_step(const OeConsumer *consumer, int32 max_events, bool in_worker, int server_ms)
 {
 	TimestampTz step_start = GetCurrentTimestamp();
 	Step		step = {0};
 	HASHCTL		ctl;
 
+	setup_backend();
 	step.consumer = consumer;
+	step.in_worker = in_worker;
+	step.server_ms = server_ms;
+	step.requested = max_events;
 	step.cxt = AllocSetContextCreate(CurrentMemoryContext, "ordered_events processing step",
 									 ALLOCSET_DEFAULT_SIZES);
 	step.call_cxt = AllocSetContextCreate(step.cxt, "ordered_events handler call",
@@ -738,13 +1359,28 @@ process_step(const OeConsumer *consumer, int32 max_events, bool in_worker)
 
 	open_handler(&step);
 	(void) oe_consumer_take(consumer, max_events, true, collect_event, &step);
+	take_stopped_calls(&step);
 	if (step.nevents > 0)
 	{
 		load_states(&step);
-		if (in_worker)
-			apply_all_in_worker(&step);
-		else
-			apply_all(&step);
+		/* The worker holds no advisory lock of its own. */
+		step.holds_advisory = !in_worker && session_holds_advisory_locks();
+		step.outer_step = active_step;
+		active_step = &step;
+		PG_TRY();
+		{
+			if (in_worker)
+				apply_all_in_worker(&step);
+			else
+				apply_all(&step);
+		}
+		PG_FINALLY();
+		{
+			active_step = step.outer_step;
+			if (in_worker)
+				LockReleaseSession(USER_LOCKMETHOD);	/* even what C code took */
+		}
+		PG_END_TRY();
 		save_states(&step);
 		if (consumer->output_stream != NULL)
 			derive_events(&step, step_start);
@@ -758,10 +1394,11 @@ process_step(const OeConsumer *consumer, int32 max_events, bool in_worker)
 
 /*
  * One processing step of a partition of the named handler consumer, which
- * "caller" must own.
+ * "caller" must own; server_ms is the server's handler_timeout.
  */
 static int64
-process_named(Datum name, int32 partition, int32 max_events, bool in_worker, Oid caller)
+process_named(Datum name, int32 partition, int32 max_events, bool in_worker, int server_ms,
+			  Oid caller)
 {
 	OeInternalScope scope;
 	OeConsumer	consumer;
@@ -770,12 +1407,14 @@ process_named(Datum name, int32 partition, int32 max_events, bool in_worker, Oid
 	oe_internal_begin(&scope, oe_relations()->owner);
 	oe_consumer_lookup(name, partition, &consumer);
 	oe_check_owner(caller, consumer.owner, "consumer", consumer.name);
+	oe_check_not_in_step(consumer.consumer_id);
+	consumer.reader = consumer.owner;
 	if (consumer.handler == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
 				 errmsg("consumer \"%s\" has no handler", consumer.name),
 				 errhint("Read its events with ordered_events.read().")));
-	applied = process_step(&consumer, max_events, in_worker);
+	applied = process_step(&consumer, max_events, in_worker, server_ms);
 	oe_internal_end(&scope);
 	return applied;
 }
@@ -788,7 +1427,7 @@ int64
 oe_process_partition(const char *name, int32 partition, int32 max_events)
 {
 	return process_named(CStringGetTextDatum(name), partition, max_events, true,
-						 GetUserId());
+						 oe_handler_timeout, GetUserId());
 }
 
 /*
@@ -803,7 +1442,38 @@ oe_process(PG_FUNCTION_ARGS)
 
 	PreventCommandIfReadOnly("process()");
 	PG_RETURN_INT64(process_named(PG_GETARG_DATUM(0), PG_GETARG_INT32(2), max_events, false,
-								  GetUserId()));
+								  server_timeout_for_caller(), GetUserId()));
+}
+
+/*
+ * Raise 55006 if a step of this backend is processing the consumer: a
+ * handler that calls process(), read() (or what else calls this) of its
+ * own consumer, or of the consumer of a step that called it.
+ */
+void
+oe_check_not_in_step(int32 consumer_id)
+{
+	for (Step *s = active_step; s != NULL; s = s->outer_step)
+		if (s->consumer->consumer_id == consumer_id)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_IN_USE),
+					 errmsg("consumer \"%s\" is being processed by this transaction",
+							s->consumer->name),
+					 errdetail("Its handler %s is running.", s->consumer->handler),
+					 errhint("A handler cannot process, read, change or drop its own consumer; "
+							 "do that in another transaction.")));
+}
+
+/*
+ * check_not_in_step(consumer_id integer) returns void: the same check, for
+ * the SQL functions that change or drop a consumer.
+ */
+PG_FUNCTION_INFO_V1(oe_check_not_in_step_sql);
+Datum
+oe_check_not_in_step_sql(PG_FUNCTION_ARGS)
+{
+	oe_check_not_in_step(PG_GETARG_INT32(0));
+	PG_RETURN_VOID();
 }
 
 /*
@@ -837,4 +1507,19 @@ oe_create_consumer(PG_FUNCTION_ARGS)
 	oe_run_plan(&plans[PLAN_DEFINE], values, nulls, SPI_OK_SELECT);
 	oe_internal_end(&scope);
 	PG_RETURN_VOID();
+}
+
+/*
+ * Called from _PG_init: the hooks and transaction callbacks of handler
+ * steps, in every backend that loads the library.
+ */
+void
+oe_handler_init(void)
+{
+	prev_object_access_hook = object_access_hook;
+	object_access_hook = handler_object_access;
+	prev_emit_log_hook = emit_log_hook;
+	emit_log_hook = explain_stop;
+	RegisterXactCallback(handler_xact_callback, NULL);
+	RegisterSubXactCallback(handler_subxact_callback, NULL);
 }

@@ -56,10 +56,15 @@ define_gucs(void)
 	DefineCustomIntVariable("ordered_events.handler_timeout",
 							"Longest time one handler call may take before it is cancelled.",
 							"The event then goes to unprocessed as exception_thrown. 0 means no limit. "
-							"A handler function's own setting may lower it, not raise it.",
+							"It is the server's ceiling: a consumer's own handler_timeout and a "
+							"handler function's own setting may lower it, not raise it. Only a "
+							"superuser (or a role granted SET on it) may change it, also for a "
+							"session; process() run by any other role uses the server's value "
+							"(postgresql.conf, ALTER SYSTEM, ALTER DATABASE or ALTER ROLE), never "
+							"a value SET in the session.",
 							&oe_handler_timeout,
 							10000, 0, INT_MAX,
-							PGC_USERSET,
+							PGC_SUSET,
 							GUC_UNIT_MS,
 							NULL, NULL, NULL);
 	MarkGUCPrefixReserved("ordered_events");
@@ -75,6 +80,7 @@ _PG_init(void)
 	define_gucs();
 	oe_catalog_init();
 	oe_shmem_init();
+	oe_handler_init();
 	if (process_shared_preload_libraries_in_progress)
 		oe_worker_init();
 }

@@ -253,6 +253,8 @@ typedef struct OeConsumer
 	text	   *output_stream;	/* derived events go there; NULL: results */
 	bool		align_processing;	/* alignment 'processing' */
 	int			handler_timeout_ms; /* its own handler_timeout, -1: none */
+	Oid			reader;			/* who reads its streams ('read'): the owner,
+								 * or the caller of a consumer without one */
 } OeConsumer;
 
 /*
@@ -342,6 +344,30 @@ typedef struct OeArrivalBlock
 	int64		limit;			/* the first number beyond the block */
 } OeArrivalBlock;
 
+/*
+ * A handler call that did not return within its limit and a grace period,
+ * so its process was stopped (handler.c): the next processing step of its
+ * consumer partition makes the event a dead letter instead of calling the
+ * handler again.  Kept in shared memory, so a process exit keeps it; a
+ * crash restart of the server forgets it.
+ */
+#define OE_STOPPED_CALLS	64
+
+typedef struct OeStoppedCall
+{
+	bool		in_use;
+	Oid			dboid;
+	int32		consumer_id;
+	int32		partition;
+	int32		stream_id;
+	int64		seq;
+	int64		arrival;		/* with seq: the event, also of a per-key stream */
+	int32		timeout_ms;		/* the call's limit */
+	int32		waited_ms;		/* how long it ran before it was stopped */
+	bool		worker;			/* a worker was stopped, not a session */
+	TimestampTz stopped_at;
+} OeStoppedCall;
+
 typedef struct OeShared
 {
 	LWLock	   *lock;
@@ -349,6 +375,7 @@ typedef struct OeShared
 	slock_t		arrival_lock;	/* protects the arrival blocks */
 	int			arrival_victim; /* the entry a new database takes next */
 	OeArrivalBlock arrival[OE_ARRIVAL_BLOCKS];
+	OeStoppedCall stopped[OE_STOPPED_CALLS];	/* under lock */
 } OeShared;
 
 /* GUCs (ordered_events.c) */
@@ -422,7 +449,9 @@ extern int32 oe_consumer_take(const OeConsumer *consumer, int32 max_events, bool
 							  OeEventSink sink, void *arg);
 
 /* handler.c */
+extern void oe_handler_init(void);
 extern int64 oe_process_partition(const char *consumer, int32 partition, int32 max_events);
+extern void oe_check_not_in_step(int32 consumer_id);
 
 /* delivery.c */
 extern void oe_step_begin(OeStep *step, const OeStream *stream);
@@ -484,6 +513,10 @@ extern void oe_slot_set_state(const char *state);
 extern void oe_slot_set_error(const char *fmt,...) pg_attribute_printf(1, 2);
 extern void oe_slot_count_cycle(int64 released, int64 processed, TimestampTz started);
 extern void oe_slot_set_current(const char *stream, const char *consumer);
+extern bool oe_add_stopped_call(const OeStoppedCall *call);
+extern int	oe_stopped_calls_of(Oid dboid, int32 consumer_id, int32 partition,
+								OeStoppedCall *calls, int max_calls);
+extern void oe_forget_stopped_call(const OeStoppedCall *call);
 
 /* worker.c */
 extern void oe_worker_init(void);

@@ -16,6 +16,14 @@
  * shared_preload_libraries there is no shared state: the wake-up does
  * nothing and worker_status() raises an error.
  *
+ * The stopped calls (handler.c) are a small array under the same LWLock:
+ * a process whose handler call ran past its limit and grace period adds
+ * one as it exits (in a before_shmem_exit callback, not in the timeout's
+ * signal handler), and the next processing step of that consumer partition,
+ * in any backend, reads it and forgets it when its transaction commits.
+ * Shared memory lasts as long as the postmaster: a process exit keeps the
+ * records, a crash restart (or a server restart) forgets them.
+ *
  *-------------------------------------------------------------------------
  */
 #include "ordered_events.h"
@@ -327,6 +335,93 @@ oe_slot_count_cycle(int64 released, int64 processed, TimestampTz started)
 		sample->processed_total = s->processed_total;
 		s->next_sample = (s->next_sample + 1) % OE_RATE_SAMPLES;
 		s->nsamples = Min(s->nsamples + 1, OE_RATE_SAMPLES);
+	}
+	LWLockRelease(oe_shared->lock);
+}
+
+/*
+ * Record a handler call whose process is being stopped.  If every entry is
+ * taken, the oldest record goes (its event would be called once more).
+ * Returns false without shared memory.  Call in normal context (an exit
+ * callback), never in a signal handler.
+ */
+bool
+oe_add_stopped_call(const OeStoppedCall *call)
+{
+	OeStoppedCall *victim = NULL;
+	OeStoppedCall forgotten = {0};
+
+	if (oe_shared == NULL)
+		return false;
+	LWLockAcquire(oe_shared->lock, LW_EXCLUSIVE);
+	for (int i = 0; i < OE_STOPPED_CALLS; i++)
+	{
+		OeStoppedCall *entry = &oe_shared->stopped[i];
+
+		if (!entry->in_use)
+		{
+			victim = entry;
+			break;
+		}
+		if (victim == NULL || entry->stopped_at < victim->stopped_at)
+			victim = entry;
+	}
+	if (victim->in_use)
+		forgotten = *victim;
+	*victim = *call;
+	victim->in_use = true;
+	LWLockRelease(oe_shared->lock);
+	if (forgotten.in_use)
+		ereport(LOG,
+				(errmsg("ordered_events forgot the stopped handler call of seq " INT64_FORMAT " of stream %d for consumer %d: more than %d are recorded",
+						forgotten.seq, forgotten.stream_id, forgotten.consumer_id,
+						OE_STOPPED_CALLS),
+				 errdetail("The handler will be called for that event again.")));
+	return true;
+}
+
+/*
+ * The stopped calls recorded for a consumer partition, at most max_calls
+ * of them, copied into calls[]; returns how many.
+ */
+int
+oe_stopped_calls_of(Oid dboid, int32 consumer_id, int32 partition,
+					OeStoppedCall *calls, int max_calls)
+{
+	int			n = 0;
+
+	if (oe_shared == NULL)
+		return 0;
+	LWLockAcquire(oe_shared->lock, LW_SHARED);
+	for (int i = 0; i < OE_STOPPED_CALLS && n < max_calls; i++)
+	{
+		OeStoppedCall *entry = &oe_shared->stopped[i];
+
+		if (entry->in_use && entry->dboid == dboid &&
+			entry->consumer_id == consumer_id && entry->partition == partition)
+			calls[n++] = *entry;
+	}
+	LWLockRelease(oe_shared->lock);
+	return n;
+}
+
+/* Forget a stopped call, once its dead letter committed. */
+void
+oe_forget_stopped_call(const OeStoppedCall *call)
+{
+	if (oe_shared == NULL)
+		return;
+	LWLockAcquire(oe_shared->lock, LW_EXCLUSIVE);
+	for (int i = 0; i < OE_STOPPED_CALLS; i++)
+	{
+		OeStoppedCall *entry = &oe_shared->stopped[i];
+
+		if (entry->in_use && entry->dboid == call->dboid &&
+			entry->consumer_id == call->consumer_id &&
+			entry->partition == call->partition &&
+			entry->stream_id == call->stream_id && entry->seq == call->seq &&
+			entry->arrival == call->arrival)
+			entry->in_use = false;
 	}
 	LWLockRelease(oe_shared->lock);
 }

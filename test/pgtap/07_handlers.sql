@@ -96,8 +96,8 @@ SELECT col_type_is('ordered_events', 'unprocessed', 'consumer', 'text', 'unproce
 ------------------------------------------------------------------------
 SELECT is((SELECT format('%s %s %s', boot_val, unit, context) FROM pg_settings
             WHERE name = 'ordered_events.handler_timeout'),
-    '10000 ms user',
-    'ordered_events.handler_timeout: 10000 ms by default, a user setting (a session''s process() calls)');
+    '10000 ms superuser',
+    'ordered_events.handler_timeout: 10000 ms by default, a superuser setting (the server''s ceiling)');
 SELECT throws_ok($$SET LOCAL ordered_events.handler_timeout = -1$$, '22023', NULL,
     'handler_timeout is not negative');
 SELECT function_privs_are('ordered_events', 'process', '{text,integer,integer}', 'public', '{}',
