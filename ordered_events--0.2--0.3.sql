@@ -414,6 +414,11 @@ AS $$
 DECLARE
     d ordered_events.stream_def;
 BEGIN
+    -- First wait for the reads of its consumers, as read() locks: never a
+    -- deadlock with one.
+    d := ordered_events.stream_or_error(stream);
+    PERFORM ordered_events.check_owner('stream', stream, d.owner, caller);
+    PERFORM ordered_events.lock_subscriptions(NULL, d.stream_id);
     /*
      * Wait for every transaction that may be writing events, so that none
      * can add an event to the stream after its rows are gone; then for a
@@ -466,6 +471,8 @@ BEGIN
     c := ordered_events.consumer_or_error(consumer);
     PERFORM ordered_events.check_owner('consumer', consumer, c.owner, caller);
     PERFORM ordered_events.check_not_in_step(c.consumer_id);  -- not from its own handler
+    -- First wait for its reads, as read() locks: never a deadlock with one.
+    PERFORM ordered_events.lock_subscriptions(c.consumer_id, NULL);
     SELECT array_agg(DISTINCT s.stream_id) INTO streams
       FROM ordered_events.subscription s WHERE s.consumer_id = c.consumer_id;
     PERFORM ordered_events.lock_streams(streams);

@@ -79,7 +79,7 @@ SELECT functions_are('ordered_events', ARRAY[
     'acl_with', 'alter_consumer_as', 'alter_stream_as', 'check_handler_timeout', 'check_new_owner',
     'check_no_cycle', 'check_owner', 'check_stream_privilege', 'create_stream_as',
     'drop_consumer_as', 'drop_stream_as', 'grant_stream_as', 'may_read_stream',
-    'revoke_stream_as', 'subscribe_as', 'unsubscribe_as',
+    'revoke_stream_as', 'subscribe_as', 'unsubscribe_as', 'check_not_in_step',
     'lock_subscriptions', 'retention_cutoff'],
     'schema ordered_events has exactly the functions of 0.3');
 SELECT tables_are('ordered_events', ARRAY[
