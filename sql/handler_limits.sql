@@ -21,7 +21,7 @@
 --      lasts until commit; PREPARE, a cursor WITH HOLD and LISTEN are
 --      refused (42501); set_config(..., false) lasts one call.
 -- A handler that never returns, the worker, and pg_cancel_backend() are in
--- test/t/028_handler_limits.pl.
+-- test/t/029_handler_limits.pl.
 --
 SET TimeZone = 'UTC';
 \set VERBOSITY default

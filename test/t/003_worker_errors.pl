@@ -5,7 +5,7 @@
 # release step writes it, so nothing normal holds it), so the worker's release step
 # for it fails on lock_timeout (1s) every cycle.  (A session that holds the stream's
 # release lock, its stream_def row, is a normal situation the worker does not wait
-# for: see 041_worker_held_locks.pl.)
+# for: see 031_worker_held_locks.pl.)
 # - Stream "free" is released all the same, also events arriving while
 #   "blocked" keeps failing.
 # - worker_status.last_error names the stream and the lock timeout.
