@@ -458,6 +458,26 @@ AS 'MODULE_PATHNAME', 'oe_call_as_caller';
  * alter_consumer() for the owner's handler_timeout and to give a consumer
  * to another role (0.2's consumers without a handler have none).
  */
+-- A consumer its owner changes, or the error: unknown, another's, or its
+-- own handler's (check_not_in_step() is in section 2).
+CREATE FUNCTION ordered_events.consumer_to_change(consumer text, caller regrole)
+RETURNS ordered_events.consumer_def
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    c ordered_events.consumer_def;
+BEGIN
+    PERFORM ordered_events.check_not_null('consumer', consumer IS NULL);
+    c := ordered_events.consumer_or_error(consumer);
+    PERFORM ordered_events.check_owner('consumer', consumer, c.owner, caller);
+    PERFORM ordered_events.check_not_in_step(c.consumer_id);
+    RETURN c;
+END;
+$$;
+COMMENT ON FUNCTION ordered_events.consumer_to_change(text, regrole) IS
+    'Internal: a consumer its owner changes, or the error';
+
 CREATE FUNCTION ordered_events.drop_consumer_as(consumer text, caller regrole)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
@@ -467,10 +487,7 @@ DECLARE
     c ordered_events.consumer_def;
     streams integer[];
 BEGIN
-    PERFORM ordered_events.check_not_null('consumer', consumer IS NULL);
-    c := ordered_events.consumer_or_error(consumer);
-    PERFORM ordered_events.check_owner('consumer', consumer, c.owner, caller);
-    PERFORM ordered_events.check_not_in_step(c.consumer_id);  -- not from its own handler
+    c := ordered_events.consumer_to_change(consumer, caller);
     -- First wait for its reads, as read() locks: never a deadlock with one.
     PERFORM ordered_events.lock_subscriptions(c.consumer_id, NULL);
     SELECT array_agg(DISTINCT s.stream_id) INTO streams
@@ -547,9 +564,7 @@ BEGIN
     PERFORM ordered_events.check_not_null('stream', stream IS NULL);
     PERFORM ordered_events.check_not_null('delay', delay IS NULL);
     PERFORM ordered_events.check_not_null('start', start IS NULL);
-    c := ordered_events.consumer_or_error(consumer);
-    PERFORM ordered_events.check_owner('consumer', consumer, c.owner, caller);
-    PERFORM ordered_events.check_not_in_step(c.consumer_id);  -- not from its own handler
+    c := ordered_events.consumer_to_change(consumer, caller);
     d := ordered_events.stream_or_error(stream);
     -- its owner reads the stream through it (a consumer of 0.2 without one: the caller)
     PERFORM ordered_events.check_stream_privilege(stream, 'read', coalesce(c.owner, caller));
@@ -626,9 +641,7 @@ DECLARE
 BEGIN
     PERFORM ordered_events.check_not_null('consumer', consumer IS NULL);
     PERFORM ordered_events.check_not_null('stream', stream IS NULL);
-    c := ordered_events.consumer_or_error(consumer);
-    PERFORM ordered_events.check_owner('consumer', consumer, c.owner, caller);
-    PERFORM ordered_events.check_not_in_step(c.consumer_id);  -- not from its own handler
+    c := ordered_events.consumer_to_change(consumer, caller);
     d := ordered_events.stream_or_error(stream);
     PERFORM ordered_events.lock_streams(ARRAY[d.stream_id]);
     DELETE FROM ordered_events.subscription s
@@ -778,6 +791,7 @@ REVOKE EXECUTE ON FUNCTION
     ordered_events.alter_stream_as(text, text, interval, integer, interval, interval, boolean,
                                    regrole, regrole),
     ordered_events.drop_stream_as(text, regrole),
+    ordered_events.consumer_to_change(text, regrole),
     ordered_events.drop_consumer_as(text, regrole),
     ordered_events.check_no_cycle(ordered_events.consumer_def, integer),
     ordered_events.subscribe_as(text, text, interval, text, regrole),

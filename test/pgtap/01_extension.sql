@@ -77,7 +77,7 @@ SELECT functions_are('ordered_events', ARRAY[
     'start_retaining', 'stream_id', 'stream_or_error', 'streams_to_compact', 'streams_with_work',
     'worker_loaded', 'worker_report',
     'acl_with', 'alter_consumer_as', 'alter_stream_as', 'check_handler_timeout', 'check_new_owner',
-    'check_no_cycle', 'check_owner', 'check_stream_privilege', 'create_stream_as',
+    'check_no_cycle', 'check_owner', 'consumer_to_change', 'check_stream_privilege', 'create_stream_as',
     'drop_consumer_as', 'drop_stream_as', 'grant_stream_as', 'may_read_stream',
     'revoke_stream_as', 'subscribe_as', 'unsubscribe_as', 'check_not_in_step',
     'lock_subscriptions', 'retention_cutoff'],
