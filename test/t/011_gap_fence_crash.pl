@@ -182,14 +182,7 @@ is(scalar(grep { $released{$_} } @open_seqs), 0, 'no seq of an open transaction 
 is(scalar(grep { !$released{$_} } @post), 0, 'the appends after the restart are released');
 
 # Every seq below range_end: released or skipped, exactly one of them.
-is( $node->safe_psql('postgres', q{
-	SELECT count(*)
-	  FROM generate_series(1, (SELECT range_end - 1 FROM ordered_events.ranges
-	                            WHERE stream = 'f')) AS g(seq)
-	 WHERE (SELECT count(*) FROM ordered_events.released r
-	         WHERE r.stream = 'f' AND r.seq = g.seq)
-	     + (SELECT count(*) FROM ordered_events.skipped_gaps k
-	         WHERE k.stream = 'f' AND g.seq BETWEEN k.gap_start AND k.gap_end) <> 1}),
+is(OrderedEvents::seqs_not_released_or_skipped_once($node, 'f'),
 	'0', 'every seq below range_end is released or skipped, never both');
 is( $node->safe_psql('postgres', q{
 	SELECT string_agg(DISTINCT reason, ',') FROM ordered_events.skipped_gaps WHERE stream = 'f'}),

@@ -74,4 +74,19 @@ sub send_query
 	return;
 }
 
+# How many seqs of global stream $stream below its range_end are not
+# exactly one of released or skipped (rule 4: '0' when the range holds).
+sub seqs_not_released_or_skipped_once
+{
+	my ($node, $stream) = @_;
+	return $node->safe_psql('postgres', qq{
+	SELECT count(*)
+	  FROM generate_series(1, (SELECT range_end - 1 FROM ordered_events.ranges
+	                            WHERE stream = '$stream')) AS g(seq)
+	 WHERE (SELECT count(*) FROM ordered_events.released r
+	         WHERE r.stream = '$stream' AND r.seq = g.seq)
+	     + (SELECT count(*) FROM ordered_events.skipped_gaps k
+	         WHERE k.stream = '$stream' AND g.seq BETWEEN k.gap_start AND k.gap_end) <> 1});
+}
+
 1;
