@@ -129,8 +129,8 @@ BEGIN
     IF NOT ordered_events.has_stream_privilege(role, stream, privilege) THEN
         RAISE EXCEPTION 'permission denied for stream "%"', stream
             USING ERRCODE = 'insufficient_privilege',
-                  DETAIL = pg_catalog.format('Role %s does not have the privilege ''%s'' on it.',
-                                             role, privilege),
+                  DETAIL = pg_catalog.format('Its privilege ''%s'' is not granted to role %s.',
+                                             privilege, role),
                   HINT = pg_catalog.format('Its owner, role %s, grants it with ordered_events.grant_stream(%L, %L, role).',
                                            (SELECT d.owner FROM ordered_events.stream_def d
                                              WHERE d.stream = check_stream_privilege.stream),

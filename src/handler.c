@@ -453,15 +453,6 @@ server_timeout_for_caller(void)
 	return value;
 }
 
-/* A role's name for a message. */
-static const char *
-role_name(Oid role)
-{
-	const char *name = GetUserNameFromId(role, true);
-
-	return name != NULL ? psprintf("role %s", name) : "a dropped role";
-}
-
 /*
  * The handler's function, checked again now: it may have been dropped,
  * replaced (by its owner: a function of the same name by another role is
@@ -492,7 +483,7 @@ open_handler(Step *step)
 				 errmsg("handler %s of consumer \"%s\" is owned by another role than when the consumer was created",
 						c->handler, c->name),
 				 errdetail("It belongs to %s now, to %s then.",
-						   role_name(proc->proowner), role_name(c->handler_owner)),
+						   oe_role_name(proc->proowner), oe_role_name(c->handler_owner)),
 				 errhint("If the function was replaced on purpose, drop the consumer and create it again.")));
 	if (proc->prorettype != oe_relations()->step_type || proc->proretset ||
 		proc->proisstrict || proc->prokind != PROKIND_FUNCTION)

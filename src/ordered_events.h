@@ -411,6 +411,7 @@ extern Datum oe_outcome_datum(OeOutcome outcome);
 extern const char *oe_outcome_name(OeOutcome outcome);
 
 /* privileges.c */
+extern const char *oe_role_name(Oid role);
 extern bool oe_acts_as_owner(Oid role, Oid owner);
 extern void oe_check_owner(Oid role, Oid owner, const char *kind, const char *name);
 extern bool oe_stream_privilege(const OeStream *stream, Oid role, AclMode mode);

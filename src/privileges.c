@@ -59,13 +59,13 @@ privilege_name(AclMode mode)
 	return mode == OE_PRIV_WRITE ? "write" : "read";
 }
 
-/* A role's name for a message. */
-static const char *
-role_name(Oid role)
+/* A role for a message: "role alice", or "a dropped role". */
+const char *
+oe_role_name(Oid role)
 {
 	const char *name = GetUserNameFromId(role, true);
 
-	return name != NULL ? name : "(dropped role)";
+	return name != NULL ? psprintf("role %s", name) : "a dropped role";
 }
 
 /*
@@ -86,8 +86,8 @@ oe_check_owner(Oid role, Oid owner, const char *kind, const char *name)
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("must be owner of %s \"%s\"", kind, name),
-				 errdetail("It belongs to role %s; role %s does not have its privileges.",
-						   role_name(owner), role_name(role)),
+				 errdetail("It belongs to %s; %s does not have its privileges.",
+						   oe_role_name(owner), oe_role_name(role)),
 				 errhint("Run this as the owner, or as a member of the owner role.")));
 }
 
@@ -106,10 +106,10 @@ oe_check_stream_privilege(const OeStream *stream, Oid role, AclMode mode)
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("permission denied for stream \"%s\"", stream->name),
-				 errdetail("Role %s does not have the privilege '%s' on it.",
-						   role_name(role), privilege_name(mode)),
-				 errhint("Its owner, role %s, grants it with ordered_events.grant_stream('%s', '%s', role).",
-						 role_name(stream->owner), stream->name, privilege_name(mode))));
+				 errdetail("Its privilege '%s' is not granted to %s.",
+						   privilege_name(mode), oe_role_name(role)),
+				 errhint("Its owner, %s, grants it with ordered_events.grant_stream('%s', '%s', role).",
+						 oe_role_name(stream->owner), stream->name, privilege_name(mode))));
 }
 
 /*

@@ -498,7 +498,6 @@ static int64
 release_one(const char *name, MemoryContext cycle_context, bool *full)
 {
 	char	   *what = psprintf("release stream \"%s\"", name);
-	char	   *unit = psprintf("stream %s", name);
 	int64		released = -1;
 
 	*full = false;
@@ -514,7 +513,7 @@ release_one(const char *name, MemoryContext cycle_context, bool *full)
 	}
 	PG_CATCH();
 	{
-		work_failed(what, unit, cycle_context);
+		work_failed(what, psprintf("stream %s", name), cycle_context);
 		released = -1;
 	}
 	PG_END_TRY();
@@ -536,7 +535,6 @@ static bool
 compact_one(const char *name, MemoryContext cycle_context)
 {
 	char	   *what = psprintf("compact stream \"%s\"", name);
-	char	   *unit = psprintf("stream %s", name);
 	bool		more = false;
 
 	PG_TRY();
@@ -559,7 +557,7 @@ compact_one(const char *name, MemoryContext cycle_context)
 	}
 	PG_CATCH();
 	{
-		work_failed(what, unit, cycle_context);
+		work_failed(what, psprintf("stream %s", name), cycle_context);
 		more = false;
 	}
 	PG_END_TRY();
@@ -631,7 +629,6 @@ process_one(const ConsumerPartition *cp, MemoryContext cycle_context)
 {
 	char	   *what = psprintf("process consumer \"%s\" partition %d",
 								cp->consumer, cp->partition);
-	char	   *unit = psprintf("consumer %s", cp->consumer);
 	int64		applied = 0;
 
 	PG_TRY();
@@ -643,7 +640,7 @@ process_one(const ConsumerPartition *cp, MemoryContext cycle_context)
 	}
 	PG_CATCH();
 	{
-		work_failed(what, unit, cycle_context);
+		work_failed(what, psprintf("consumer %s", cp->consumer), cycle_context);
 		applied = 0;
 	}
 	PG_END_TRY();
