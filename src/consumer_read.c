@@ -28,8 +28,9 @@
  * partitions have other rows.  The worker locks a partition first with
  * oe_consumer_lock_nowait(), which does not wait: it leaves a partition
  * that a process() by hand holds to its next cycle.  The new position is
- * written in the caller's transaction: a rollback consumes nothing.  Released events never change,
- * so one snapshot, taken after the lock, gives a consistent pool and scan.
+ * written in the caller's transaction: a rollback consumes nothing.
+ * Released events never change, so one snapshot, taken after the lock,
+ * gives a consistent pool and scan.
  * peek() takes no lock and writes nothing.
  *
  *-------------------------------------------------------------------------
@@ -80,7 +81,10 @@ static OePlan plans[] = {
 		2, {INT4OID, INT4OID}, CURSOR_OPT_GENERIC_PLAN
 	},
 
-	/* PLAN_LOCK by the consumer's name, skipping rows held: all of them? */
+	/*
+	 * PLAN_LOCK by the consumer's name without waiting: true if it locked
+	 * every subscription row of the partition (none was held).
+	 */
 	[PLAN_LOCK_NOWAIT] = {
 		"WITH p AS (SELECT s.stream_id FROM ordered_events.subscription s "
 		"  JOIN ordered_events.consumer_def c ON c.consumer_id = s.consumer_id "
