@@ -459,23 +459,31 @@ AS 'MODULE_PATHNAME', 'oe_call_as_caller';
  * to another role (0.2's consumers without a handler have none).
  */
 -- A consumer its owner changes, or the error: unknown, another's, or its
--- own handler's (check_not_in_step() is in section 2).
-CREATE FUNCTION ordered_events.consumer_to_change(consumer text, caller regrole)
+-- own handler's (check_not_in_step() is in section 2).  "for_update" locks
+-- its row (FOR NO KEY UPDATE: readers' foreign key checks do not wait).
+CREATE FUNCTION ordered_events.consumer_to_change(consumer text, caller regrole,
+                                                  for_update boolean DEFAULT false)
 RETURNS ordered_events.consumer_def
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     c ordered_events.consumer_def;
 BEGIN
     PERFORM ordered_events.check_not_null('consumer', consumer IS NULL);
-    c := ordered_events.consumer_or_error(consumer);
+    IF for_update THEN
+        SELECT * INTO c FROM ordered_events.consumer_def d
+         WHERE d.consumer = consumer_to_change.consumer FOR NO KEY UPDATE;
+    END IF;
+    IF c.consumer_id IS NULL THEN
+        c := ordered_events.consumer_or_error(consumer);
+    END IF;
     PERFORM ordered_events.check_owner('consumer', consumer, c.owner, caller);
     PERFORM ordered_events.check_not_in_step(c.consumer_id);
     RETURN c;
 END;
 $$;
-COMMENT ON FUNCTION ordered_events.consumer_to_change(text, regrole) IS
+COMMENT ON FUNCTION ordered_events.consumer_to_change(text, regrole, boolean) IS
     'Internal: a consumer its owner changes, or the error';
 
 CREATE FUNCTION ordered_events.drop_consumer_as(consumer text, caller regrole)
@@ -671,14 +679,7 @@ DECLARE
     c ordered_events.consumer_def;
     s record;
 BEGIN
-    PERFORM ordered_events.check_not_null('consumer', consumer IS NULL);
-    SELECT * INTO c FROM ordered_events.consumer_def d
-     WHERE d.consumer = alter_consumer_as.consumer FOR UPDATE;
-    IF NOT FOUND THEN
-        c := ordered_events.consumer_or_error(consumer);    -- its error
-    END IF;
-    PERFORM ordered_events.check_owner('consumer', consumer, c.owner, caller);
-    PERFORM ordered_events.check_not_in_step(c.consumer_id);  -- not from its own handler
+    c := ordered_events.consumer_to_change(consumer, caller, for_update => true);
     PERFORM ordered_events.check_handler_timeout(handler_timeout);
     IF handler_timeout IS NOT NULL AND c.handler IS NULL THEN
         RAISE EXCEPTION 'consumer "%" has no handler', consumer
@@ -791,7 +792,7 @@ REVOKE EXECUTE ON FUNCTION
     ordered_events.alter_stream_as(text, text, interval, integer, interval, interval, boolean,
                                    regrole, regrole),
     ordered_events.drop_stream_as(text, regrole),
-    ordered_events.consumer_to_change(text, regrole),
+    ordered_events.consumer_to_change(text, regrole, boolean),
     ordered_events.drop_consumer_as(text, regrole),
     ordered_events.check_no_cycle(ordered_events.consumer_def, integer),
     ordered_events.subscribe_as(text, text, interval, text, regrole),
