@@ -30,7 +30,13 @@ OBJS = \
 	src/worker.o
 PG_CPPFLAGS = -DOE_LIBRARY_VERSION='"$(EXTVERSION)"'
 
-DATA = $(sort $(wildcard ordered_events--*.sql ordered_events_router--*.sql))
+# The install script of the current version is built from the schema's
+# source files, by concern, in this order; the update scripts are frozen
+# once released.
+SCHEMA = streams privileges ingest release consumers handlers retention monitoring shard
+CURRENT_SCRIPT = ordered_events--$(EXTVERSION).sql
+DATA_built = $(CURRENT_SCRIPT)
+DATA = $(filter-out $(CURRENT_SCRIPT),$(sort $(wildcard ordered_events--*.sql ordered_events_router--*.sql)))
 PGFILEDESC = "ordered_events - ordered, exactly-once release of sequenced events"
 
 REGRESS = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))
@@ -54,6 +60,13 @@ endif
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+
+$(CURRENT_SCRIPT): $(SCHEMA:%=src/sql/%.sql)
+	{ printf '%s\n' '/* $@: built by make from src/sql/ (see Makefile); edit those files */' \
+	    '' '\echo Use "CREATE EXTENSION ordered_events" to load this file. \quit' '' \
+	    '-- Functions may name objects of a later file (CREATE EXTENSION resets this).' \
+	    'SET check_function_bodies = false;'; \
+	  for f in $^; do printf '\n/* ---- %s ---- */\n\n' "$$f"; cat "$$f"; done; } > $@
 
 # Every module includes the one internal header.
 $(OBJS): src/ordered_events.h

@@ -1,0 +1,342 @@
+/*
+ * Releasing: each lane's contiguous range, the release log, the skip
+ * ledger, and release(), skip_gap(), gaps() (src/release.c, src/lane.c,
+ * src/gap_policy.c, src/skip_gap.c, src/gaps.c).
+ */
+
+/*
+ * Progress: one row per lane that a release step has looked at (a global
+ * stream's lane from creation on); a lane without one starts at the
+ * stream's initial_sequence.  Release steps of a stream serialise on the
+ * stream's stream_def row.  fence_* belong to global lanes only.
+ */
+CREATE TABLE ordered_events.progress (
+    stream_id integer NOT NULL
+        REFERENCES ordered_events.stream_def ON DELETE CASCADE,
+    lane text COLLATE "C" NOT NULL,
+    range_end bigint NOT NULL,      -- first seq of the lane not released
+    released_count bigint NOT NULL DEFAULT 0,
+    last_released_seq bigint,       -- the highest seq released (not a skipped one)
+    counted_end bigint,             -- global: seqs below are in key_counters
+    max_event_ts timestamptz,       -- largest event_ts released
+    last_event_seq bigint,          -- the lane is complete: its last event
+    gap_start bigint,               -- first missing seq a release step saw,
+    gap_end bigint,                 -- the run gap_start..gap_end was missing
+    gap_first_seen timestamptz,     -- when a step first saw that run
+    fence_seq bigint,               -- fence: the last seq allocated when read
+    fence_xid xid8,                 -- fence: the next xid, read after fence_seq
+    updated_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    PRIMARY KEY (stream_id, lane)
+);
+-- The lanes whose gap a timeout may skip, without visiting idle ones.
+CREATE INDEX progress_gap_idx ON ordered_events.progress (stream_id, gap_first_seen)
+    WHERE gap_start IS NOT NULL;
+COMMENT ON TABLE ordered_events.progress IS
+    'Internal: the contiguous range and counters of each lane';
+SELECT pg_catalog.pg_extension_config_dump('ordered_events.progress', '');
+
+/*
+ * The release log: one row per release step of a lane, numbered in the
+ * stream's delivery order (the order consumers read, see src/delivery.c):
+ * a global stream's steps in seq order; a per-key stream's steps in turn,
+ * and inside a step its lanes by the alignment_ts of their first event
+ * released in it, then by lane.
+ */
+CREATE TABLE ordered_events.lane_release_log (
+    stream_id integer NOT NULL,
+    lane text COLLATE "C" NOT NULL,
+    seq_start bigint NOT NULL,
+    seq_end bigint NOT NULL,
+    released_at timestamptz NOT NULL,
+    delivery bigint NOT NULL,
+    PRIMARY KEY (stream_id, lane, seq_end)
+);
+CREATE UNIQUE INDEX lane_release_log_delivery_key
+    ON ordered_events.lane_release_log (stream_id, delivery);
+COMMENT ON TABLE ordered_events.lane_release_log IS
+    'Internal: the release steps of each lane, when [seq_start, seq_end) was released, in delivery order';
+SELECT pg_catalog.pg_extension_config_dump('ordered_events.lane_release_log', '');
+
+/*
+ * The skip ledger.  A run of seqs of a lane ('' for a global stream)
+ * declared lost, inclusive bounds.  An event whose transaction was open
+ * when its seq was skipped can still commit into the run; such an event is
+ * never released (the views exclude it) and is moved to unprocessed as
+ * gap_skipped by a later release step.  The run is settled once no
+ * transaction older than settle_xid (the next xid when a step after the
+ * skip first looked at it) is running: none can add to it any more.
+ */
+CREATE TABLE ordered_events.gap_skips (
+    stream_id integer NOT NULL
+        REFERENCES ordered_events.stream_def ON DELETE CASCADE,
+    gap_start bigint NOT NULL,
+    gap_end bigint NOT NULL,
+    reason text NOT NULL,
+    skipped_at timestamptz NOT NULL,
+    settle_xid xid8,
+    settled boolean NOT NULL DEFAULT false,
+    lane text COLLATE "C" NOT NULL
+);
+CREATE INDEX gap_skips_unsettled_idx ON ordered_events.gap_skips (stream_id) WHERE NOT settled;
+CREATE INDEX gap_skips_lane_idx ON ordered_events.gap_skips (stream_id, lane, gap_end);
+COMMENT ON TABLE ordered_events.gap_skips IS
+    'Internal: the skip ledger, with what late events still need';
+SELECT pg_catalog.pg_extension_config_dump('ordered_events.gap_skips', '');
+
+CREATE TRIGGER gap_skips_changed
+    AFTER INSERT OR DELETE OR TRUNCATE ON ordered_events.gap_skips
+    FOR EACH STATEMENT EXECUTE FUNCTION ordered_events.stream_def_changed();
+
+-- Lock the streams' release steps, in stream_id order.
+CREATE FUNCTION ordered_events.lock_streams(stream_ids integer[])
+RETURNS void
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT FROM ordered_events.stream_def d
+ WHERE d.stream_id = ANY (stream_ids)
+ ORDER BY d.stream_id
+   FOR NO KEY UPDATE
+$$;
+COMMENT ON FUNCTION ordered_events.lock_streams(integer[]) IS
+    'Internal: take the release locks of streams, in stream_id order';
+REVOKE EXECUTE ON FUNCTION ordered_events.lock_streams(integer[]) FROM PUBLIC;
+/*
+ * Releasing
+ */
+CREATE FUNCTION ordered_events.release(stream text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'oe_release';
+COMMENT ON FUNCTION ordered_events.release(text) IS
+    'Advance the range of one stream (NULL: every stream) over arrived events; returns how many were released';
+REVOKE EXECUTE ON FUNCTION ordered_events.release(text) FROM PUBLIC;
+CREATE FUNCTION ordered_events.release_through(stream text, through_seq bigint)
+RETURNS bigint
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'oe_release_through';
+COMMENT ON FUNCTION ordered_events.release_through(text, bigint) IS
+    'Release a sharded stream''s events below through_seq, the global range''s end that its router combined';
+REVOKE EXECUTE ON FUNCTION ordered_events.release_through(text,bigint) FROM PUBLIC;
+CREATE FUNCTION ordered_events.skip_gap(
+    stream text,
+    through_seq bigint,
+    reason text,
+    key text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'oe_skip_gap';
+COMMENT ON FUNCTION ordered_events.skip_gap(text, bigint, text, text) IS
+    'Declare every missing seq up to through_seq lost, record it, and release what that unblocks';
+REVOKE EXECUTE ON FUNCTION ordered_events.skip_gap(text,bigint,text,text) FROM PUBLIC;
+-- The streams a worker cycle should step: something to release, a gap no
+-- step has seen, a policy that may skip, or late events to settle.  The
+-- stream whose oldest such thing waited longest comes first.  The clock is
+-- clock_timestamp(), as in the release step.
+CREATE FUNCTION ordered_events.streams_with_work()
+RETURNS TABLE (stream text)
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT d.stream
+  FROM ordered_events.stream_def d
+  LEFT JOIN ordered_events.progress p ON p.stream_id = d.stream_id AND p.lane = ''
+ CROSS JOIN LATERAL (
+        -- a global stream: its first event from range_end on, by the primary key
+        (SELECT e.seq = p.range_end
+                OR p.gap_start IS DISTINCT FROM p.range_end
+                OR d.gap_policy = 'fence'
+                OR p.gap_first_seen + d.gap_timeout <= pg_catalog.clock_timestamp() AS needed,
+                e.received_at AS since
+           FROM ordered_events.event_store e
+          WHERE d.sequencing = 'global' AND NOT d.sharded
+            AND e.stream_id = d.stream_id AND e.lane = '' AND e.seq >= p.range_end
+          ORDER BY e.seq LIMIT 1)
+        UNION ALL
+        (SELECT true, a.arrived_at
+           FROM ordered_events.key_arrivals a
+          WHERE d.sequencing = 'per_key' AND a.stream_id = d.stream_id
+          ORDER BY a.arrived_at LIMIT 1)
+        UNION ALL
+        (SELECT true, k.gap_first_seen
+           FROM ordered_events.progress k
+          WHERE d.gap_policy = 'timeout' AND d.sequencing = 'per_key'
+            AND k.stream_id = d.stream_id AND k.gap_start IS NOT NULL
+            AND k.gap_first_seen <= pg_catalog.clock_timestamp() - d.gap_timeout
+          ORDER BY k.gap_first_seen LIMIT 1)
+        UNION ALL
+        (SELECT true, g.skipped_at
+           FROM ordered_events.gap_skips g
+          WHERE g.stream_id = d.stream_id AND NOT g.settled
+          ORDER BY g.skipped_at LIMIT 1)) w
+ WHERE w.needed
+ GROUP BY d.stream
+ ORDER BY min(w.since), d.stream
+$$;
+-- gaps(): the missing runs, found by the same walk as releasing.
+CREATE FUNCTION ordered_events.gaps(stream text)
+RETURNS TABLE (key text, gap_start bigint, gap_end bigint, first_seen timestamptz)
+LANGUAGE c STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'oe_gaps';
+COMMENT ON FUNCTION ordered_events.gaps(text) IS
+    'The missing runs (inclusive bounds) between the released part and the highest arrived seq; per key for per-key streams';
+/* ------------------------------------------------------------------------
+ * 4. The fence (DESIGN.md 8.4)
+ * ------------------------------------------------------------------------
+ */
+
+/*
+ * blockers() of a fence stream names what the fence waits for
+ * (src/gap_policy.c): the transactions older than the fence that hold the
+ * stream's fence lock, which append() takes before its seq (an advisory
+ * lock: database, classid = stream_id, objid 0, objsubid 20293 = 0x4F45).
+ */
+CREATE FUNCTION ordered_events.blocking_transactions(stream text)
+RETURNS TABLE (pid integer, xid xid, xact_start timestamptz)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    d ordered_events.stream_def := ordered_events.stream_or_error(stream);
+    fence xid8 := (SELECT p.fence_xid FROM ordered_events.progress p
+                    WHERE p.stream_id = d.stream_id AND p.lane = '');
+    here oid := (SELECT b.oid FROM pg_catalog.pg_database b
+                  WHERE b.datname = pg_catalog.current_database());
+BEGIN
+    IF NOT EXISTS (SELECT FROM ordered_events.gaps(blocking_transactions.stream)) THEN
+        RETURN;                 -- nothing is missing: nothing blocks
+    END IF;
+
+    IF d.gap_policy = 'fence' THEN
+        -- The appenders older than the fence: any of them may still commit
+        -- a missing seq.
+        RETURN QUERY
+        SELECT a.pid, a.backend_xid, a.xact_start
+          FROM pg_catalog.pg_stat_activity a
+         WHERE fence IS NOT NULL AND a.datid = here
+           AND a.backend_xid IS NOT NULL AND a.pid <> pg_catalog.pg_backend_pid()
+           AND pg_catalog.age(a.backend_xid) > pg_catalog.age(pg_catalog.xid(fence))
+           AND a.pid IN (SELECT l.pid FROM pg_catalog.pg_locks l
+                          WHERE l.locktype = 'advisory' AND l.granted AND l.database = here
+                            AND l.classid = d.stream_id::oid AND l.objid = 0
+                            AND l.objsubid = 20293)
+         ORDER BY a.xact_start, a.pid;
+    ELSE
+        -- The open transactions that wrote events: any may hold a missing seq.
+        RETURN QUERY
+        SELECT a.pid, a.backend_xid, a.xact_start
+          FROM pg_catalog.pg_stat_activity a
+         WHERE a.datid = here AND a.pid <> pg_catalog.pg_backend_pid()
+           AND a.pid IN (SELECT l.pid FROM pg_catalog.pg_locks l
+                          WHERE l.granted AND l.mode = 'RowExclusiveLock' AND l.database = here
+                            AND l.relation = 'ordered_events.event_store'::pg_catalog.regclass)
+         ORDER BY a.xact_start, a.pid;
+    END IF;
+END;
+$$;
+COMMENT ON FUNCTION ordered_events.blocking_transactions(text) IS
+    'Internal: pid and xid of the transactions of this database a blocked stream waits for';
+CREATE FUNCTION ordered_events.blockers(stream text)
+RETURNS TABLE (pid integer, xid xid, state text, xact_start timestamptz, query text)
+LANGUAGE sql STABLE SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT b.pid, b.xid, a.state, a.xact_start, a.query
+  FROM ordered_events.blocking_transactions(stream) WITH ORDINALITY b
+  LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = b.pid
+ ORDER BY b.ordinality
+$$;
+COMMENT ON FUNCTION ordered_events.blockers(text) IS
+    'The open transactions of this database a blocked stream is waiting for; state and query as pg_stat_activity shows them to the caller';
+
+/*
+ * What a role sees of events: those of the streams it may read ('read').
+ * The monitoring views (stream_stats, key_status, ...) show every stream.
+ */
+CREATE VIEW ordered_events.accepted_events AS
+SELECT a.stream, a.stream_id, a.lane,
+       a.seq < coalesce(p.range_end, a.initial_sequence) AND NOT EXISTS (
+           SELECT FROM ordered_events.gap_skips g
+            WHERE g.stream_id = a.stream_id AND g.lane = a.lane AND NOT g.settled
+              AND a.seq BETWEEN g.gap_start AND g.gap_end) AS is_released,
+       a.seq, a.key, a.payload, a.event_ts, a.alignment_ts, a.received_at, a.last_event
+  FROM (SELECT d.stream, d.stream_id, d.initial_sequence, e.lane, e.seq, e.key, e.payload,
+               e.event_ts, e.alignment_ts, e.received_at, e.last_event
+          FROM ordered_events.stream_def d
+          JOIN ordered_events.event_store e ON e.stream_id = d.stream_id AND e.lane = ''
+         WHERE d.sequencing = 'global' AND ordered_events.may_read_stream(d.stream)
+        UNION ALL
+        SELECT d.stream, d.stream_id, d.initial_sequence, e.lane, e.seq, e.lane, e.payload,
+               e.event_ts, e.alignment_ts, e.received_at, e.last_event
+          FROM ordered_events.stream_def d
+          JOIN ordered_events.event_store e ON e.stream_id = d.stream_id
+         WHERE d.sequencing = 'per_key' AND ordered_events.may_read_stream(d.stream)) a
+  LEFT JOIN ordered_events.progress p ON p.stream_id = a.stream_id AND p.lane = a.lane;
+COMMENT ON VIEW ordered_events.accepted_events IS
+    'Internal: every accepted event and whether it is released';
+CREATE VIEW ordered_events.released AS
+SELECT a.stream, a.seq, a.key, a.payload, a.event_ts, a.alignment_ts, a.received_at,
+       (SELECT l.released_at FROM ordered_events.lane_release_log l
+         WHERE l.stream_id = a.stream_id AND l.lane = a.lane AND l.seq_end > a.seq
+         ORDER BY l.seq_end LIMIT 1) AS released_at
+  FROM ordered_events.accepted_events a
+ WHERE a.is_released
+ ORDER BY a.stream, a.lane, a.seq;
+COMMENT ON VIEW ordered_events.released IS
+    'The ordered view: every released event, by stream and seq (per-key streams: stream, key, seq)';
+CREATE VIEW ordered_events.pending AS
+SELECT w.stream, w.seq, w.key, w.payload, w.event_ts, w.alignment_ts, w.received_at
+  FROM (SELECT d.stream, e.lane, e.seq, e.key, e.payload, e.event_ts, e.alignment_ts,
+               e.received_at
+          FROM ordered_events.stream_def d
+         CROSS JOIN LATERAL (
+                SELECT p.lane, p.range_end FROM ordered_events.progress p
+                 WHERE p.stream_id = d.stream_id AND p.lane = ''
+                UNION
+                SELECT p.lane, p.range_end FROM ordered_events.progress p
+                 WHERE p.stream_id = d.stream_id AND p.gap_start IS NOT NULL
+                UNION
+                SELECT a.key, coalesce(p.range_end, d.initial_sequence)
+                  FROM ordered_events.key_arrivals a
+                  LEFT JOIN ordered_events.progress p
+                    ON p.stream_id = a.stream_id AND p.lane = a.key
+                 WHERE a.stream_id = d.stream_id) l
+         CROSS JOIN LATERAL (
+                -- OFFSET 0: planned on its own, an index range per lane (see 0.2)
+                SELECT e.lane, e.seq, e.key, e.payload, e.event_ts, e.alignment_ts, e.received_at
+                  FROM ordered_events.event_store e
+                 WHERE e.stream_id = d.stream_id AND e.lane = l.lane
+                   AND e.seq BETWEEN l.range_end AND 9223372036854775807
+                OFFSET 0) e
+         WHERE ordered_events.may_read_stream(d.stream)
+        UNION ALL
+        SELECT d.stream, e.lane, e.seq, e.key, e.payload, e.event_ts, e.alignment_ts,
+               e.received_at
+          FROM ordered_events.gap_skips g
+          JOIN ordered_events.stream_def d ON d.stream_id = g.stream_id
+          JOIN ordered_events.progress p ON p.stream_id = g.stream_id AND p.lane = g.lane
+          JOIN ordered_events.event_store e
+            ON e.stream_id = g.stream_id AND e.lane = g.lane
+           AND e.seq BETWEEN g.gap_start AND g.gap_end AND e.seq < p.range_end
+         WHERE NOT g.settled AND ordered_events.may_read_stream(d.stream)) w
+ ORDER BY w.stream, w.lane, w.seq;
+COMMENT ON VIEW ordered_events.pending IS
+    'Accepted events that wait for a lower seq';
+CREATE VIEW ordered_events.ranges AS
+SELECT d.stream, d.initial_sequence AS range_start, p.range_end, p.max_event_ts, p.updated_at
+  FROM ordered_events.stream_def d
+  JOIN ordered_events.progress p ON p.stream_id = d.stream_id AND p.lane = ''
+ WHERE d.sequencing = 'global';
+COMMENT ON VIEW ordered_events.ranges IS
+    'The contiguous range [range_start, range_end) of each global stream';
+GRANT SELECT ON ordered_events.ranges TO pg_monitor;
+CREATE VIEW ordered_events.skipped_gaps AS
+SELECT d.stream, CASE WHEN d.sequencing = 'per_key' THEN g.lane END AS key,
+       g.gap_start, g.gap_end, g.reason, g.skipped_at
+  FROM ordered_events.gap_skips g
+  JOIN ordered_events.stream_def d ON d.stream_id = g.stream_id
+ ORDER BY d.stream, 2, g.gap_start;
+COMMENT ON VIEW ordered_events.skipped_gaps IS
+    'The skip ledger: every run of seqs (inclusive bounds) a range passed without its events';
+GRANT SELECT ON ordered_events.skipped_gaps TO pg_monitor;

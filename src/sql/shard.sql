@@ -1,0 +1,87 @@
+/*
+ * Shards: a global stream spread over several servers, whose range a router
+ * sets (docs/sharding.md, src/shard.c).
+ */
+
+/*
+ * Sharding (README.md, "Sharding"): a global stream spread over several
+ * servers by key.  On each shard the stream is a normal global stream made
+ * "sharded": a router reads the runs of seqs each shard holds, combines
+ * them into the global range, and releases each shard's events below it.
+ */
+CREATE FUNCTION ordered_events.shard_stream(stream text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    d ordered_events.stream_def := ordered_events.stream_or_error(stream, true);
+BEGIN
+    IF d.sequencing <> 'global' OR d.gap_policy <> 'wait' THEN
+        RAISE EXCEPTION 'stream "%" cannot be sharded', stream
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'A sharded stream is a global stream with gap_policy ''wait'': the router applies the gap policy to the global range.';
+    END IF;
+    IF EXISTS (SELECT FROM ordered_events.progress p
+                WHERE p.stream_id = d.stream_id AND p.lane = ''
+                  AND p.range_end <> d.initial_sequence) THEN
+        RAISE EXCEPTION 'stream "%" has released events', stream
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Shard a stream when it is created, before anything is released.';
+    END IF;
+    UPDATE ordered_events.stream_def s SET sharded = true WHERE s.stream_id = d.stream_id;
+END;
+$$;
+COMMENT ON FUNCTION ordered_events.shard_stream(text) IS
+    'Make a global stream a shard''s part of a stream spread over several servers: a router sets its range';
+REVOKE EXECUTE ON FUNCTION ordered_events.shard_stream(text) FROM PUBLIC;
+/*
+ * The runs of consecutive seqs a shard holds from from_seq on, among its
+ * first max_events committed events there: what the router combines.
+ */
+CREATE FUNCTION ordered_events.shard_runs(stream text, from_seq bigint, max_events integer)
+RETURNS TABLE (run_start bigint, run_end bigint, max_event_ts timestamptz)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT min(e.seq), max(e.seq), max(e.event_ts)
+  FROM (SELECT e.seq, e.event_ts,
+               e.seq::numeric - row_number() OVER (ORDER BY e.seq) AS run
+          FROM ordered_events.event_store e
+         WHERE e.stream_id = ordered_events.stream_id(shard_runs.stream) AND e.lane = ''
+           AND e.seq >= shard_runs.from_seq
+         ORDER BY e.seq
+         LIMIT shard_runs.max_events) e
+ GROUP BY e.run
+ ORDER BY 1
+$$;
+COMMENT ON FUNCTION ordered_events.shard_runs(text, bigint, integer) IS
+    'The runs of seqs (inclusive bounds) a shard holds of a sharded stream from from_seq on, among its first max_events events';
+REVOKE EXECUTE ON FUNCTION ordered_events.shard_runs(text,bigint,integer) FROM PUBLIC;
+-- A run the router skipped on the global range, recorded on a shard: in
+-- skipped_gaps, and a late event of the run is gap_skipped.
+CREATE FUNCTION ordered_events.shard_skip(stream text, gap_start bigint, gap_end bigint,
+                                          reason text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    d ordered_events.stream_def := ordered_events.stream_or_error(stream, true);
+BEGIN
+    IF NOT d.sharded THEN
+        RAISE EXCEPTION 'stream "%" is not sharded', stream
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Only a sharded stream takes skips from its router.';
+    END IF;
+    INSERT INTO ordered_events.gap_skips (stream_id, lane, gap_start, gap_end, reason, skipped_at)
+    SELECT d.stream_id, '', shard_skip.gap_start, shard_skip.gap_end, shard_skip.reason,
+           pg_catalog.clock_timestamp()
+     WHERE NOT EXISTS (SELECT FROM ordered_events.gap_skips g
+                        WHERE g.stream_id = d.stream_id AND g.lane = ''
+                          AND g.gap_start = shard_skip.gap_start);
+END;
+$$;
+COMMENT ON FUNCTION ordered_events.shard_skip(text, bigint, bigint, text) IS
+    'Record on a shard a run of seqs its router skipped on the global range';
+REVOKE EXECUTE ON FUNCTION ordered_events.shard_skip(text,bigint,bigint,text) FROM PUBLIC;
