@@ -7,7 +7,7 @@
 CREATE SEQUENCE ordered_events.consumer_id_seq AS integer;
 /*
  * A consumer has an owner, the role that created it, who alone may read it
- * (a consumer made by 0.2 without a handler has none: who may execute
+ * (a consumer that 0.2 made without a handler has none: who may execute
  * read() may read it, until alter_consumer() gives it one).
  * A consumer with a handler is read by the extension (src/handler.c): the
  * handler runs as "owner", the role that created the consumer.  The
@@ -97,12 +97,6 @@ COMMENT ON TABLE ordered_events.release_totals IS
     'Internal: count and summed lag of the released events of each stream, by partition';
 SELECT pg_catalog.pg_extension_config_dump('ordered_events.release_totals', '');
 
-/*
- * Consumers: named readers of the released events of their streams, in one
- * merged sequence (README.md, "Consuming"; the read is src/consumer_read.c,
- * what release steps record for it src/delivery.c).
- */
-
 -- An event's lag, event_ts - alignment_ts, in microseconds, exact; an
 -- event with an infinite time has none.  src/delivery.c computes the same.
 CREATE FUNCTION ordered_events.lag_us(event_ts timestamptz, alignment_ts timestamptz)
@@ -159,13 +153,11 @@ $$;
 COMMENT ON FUNCTION ordered_events.consumer_or_error(text) IS
     'Internal: a consumer''s row, or the error for an unknown consumer';
 /*
- * Consumers: drop_consumer(), subscribe(), unsubscribe() for the owner, and
- * alter_consumer() for the owner's handler_timeout and to give a consumer
- * to another role (0.2's consumers without a handler have none).
+ * The consumer that drop_consumer(), subscribe(), unsubscribe() and
+ * alter_consumer() change, or the error: unknown, another's, or its own
+ * handler's (check_not_in_step(), in handlers.sql).  "for_update" locks its
+ * row (FOR NO KEY UPDATE: readers' foreign key checks do not wait).
  */
--- A consumer its owner changes, or the error: unknown, another's, or its
--- own handler's (check_not_in_step() is in section 2).  "for_update" locks
--- its row (FOR NO KEY UPDATE: readers' foreign key checks do not wait).
 CREATE FUNCTION ordered_events.consumer_to_change(consumer text, caller regrole,
                                                   for_update boolean DEFAULT false)
 RETURNS ordered_events.consumer_def
@@ -193,15 +185,12 @@ COMMENT ON FUNCTION ordered_events.consumer_to_change(text, regrole, boolean) IS
 REVOKE EXECUTE ON FUNCTION ordered_events.consumer_to_change(text,regrole,boolean) FROM PUBLIC;
 /*
  * drop_consumer() and drop_stream() wait for a read in progress without a
- * deadlock.  Both deleted the consumer's or the stream's row (drop_stream()
- * locked it FOR UPDATE first), and the cascade then waited for the
- * subscription rows that a read() holds.  A second read() in that
- * transaction updates those rows again, and updating a row that the
- * transaction itself wrote checks its foreign keys: FOR KEY SHARE on the
- * row being deleted, held by the drop.  40P01.  A drop must first wait for
- * the readers, holding nothing they need: lock the subscription rows, in
- * read()'s order (by consumer, partition, stream: consumer_read.c,
- * PLAN_LOCK), before anything else.
+ * deadlock: they lock the subscription rows first, in read()'s order (by
+ * consumer, partition, stream: consumer_read.c, PLAN_LOCK), holding
+ * nothing a reader needs.  Deleting the consumer's or stream's row first
+ * would hold FOR KEY SHARE on it while the cascade waits for the rows a
+ * read() holds, and a second read() in that transaction, updating rows it
+ * wrote, checks its foreign keys against that row: 40P01.
  */
 CREATE FUNCTION ordered_events.lock_subscriptions(consumer_id integer, stream_id integer)
 RETURNS void

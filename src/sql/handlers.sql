@@ -1,7 +1,7 @@
 /*
  * Handlers: consumers that the extension reads itself, applying each event
- * in merged order to a per-key state machine (README.md, "Processing with
- * handlers"; the processing is src/handler.c).
+ * in merged order to a per-key state machine (docs/handlers.md; the
+ * processing is src/handler.c).
  */
 
 CREATE TYPE ordered_events.event AS (
@@ -198,11 +198,6 @@ $$;
 COMMENT ON FUNCTION ordered_events.check_no_cycle(ordered_events.consumer_def, integer) IS
     'Internal: the error if a subscription would feed the output of a handler back to it';
 REVOKE EXECUTE ON FUNCTION ordered_events.check_no_cycle(ordered_events.consumer_def,integer) FROM PUBLIC;
-/* ------------------------------------------------------------------------
- * 2. Handler limits (DESIGN.md 8.2, "Time limit")
- * ------------------------------------------------------------------------
- */
-
 /*
  * A handler that calls a function of its own consumer: the functions that
  * change or drop a consumer call this first, and get 55006 while a step of

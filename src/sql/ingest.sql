@@ -90,9 +90,6 @@ ALTER TABLE ordered_events.unprocessed ENABLE ROW LEVEL SECURITY;
 CREATE POLICY readable_streams ON ordered_events.unprocessed FOR SELECT
     USING (ordered_events.may_read_stream(stream));
 
-/*
- * Writing
- */
 CREATE FUNCTION ordered_events.ingest(
     stream text,
     seq bigint,

@@ -6,11 +6,9 @@
 GRANT USAGE ON SCHEMA ordered_events TO pg_monitor;
 
 /*
- * worker_status gains what an operator asks first: what the worker works
- * on, how long its last cycle took, how many events it released and
- * applied per second over the last minute.  The function behind it gets a
- * new name (its columns change); the view keeps its grants, and the roles
- * that could execute the old function may execute the new one.
+ * The state of the workers (src/shmem.c): what each works on, how long its
+ * last cycle took, how many events it released and applied per second over
+ * the last minute.
  */
 CREATE FUNCTION ordered_events.worker_report(
     OUT database text, OUT pid integer, OUT state text,

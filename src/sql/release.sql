@@ -101,9 +101,6 @@ $$;
 COMMENT ON FUNCTION ordered_events.lock_streams(integer[]) IS
     'Internal: take the release locks of streams, in stream_id order';
 REVOKE EXECUTE ON FUNCTION ordered_events.lock_streams(integer[]) FROM PUBLIC;
-/*
- * Releasing
- */
 CREATE FUNCTION ordered_events.release(stream text DEFAULT NULL)
 RETURNS bigint
 LANGUAGE c VOLATILE PARALLEL UNSAFE
@@ -181,11 +178,6 @@ SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'oe_gaps';
 COMMENT ON FUNCTION ordered_events.gaps(text) IS
     'The missing runs (inclusive bounds) between the released part and the highest arrived seq; per key for per-key streams';
-/* ------------------------------------------------------------------------
- * 4. The fence (DESIGN.md 8.4)
- * ------------------------------------------------------------------------
- */
-
 /*
  * blockers() of a fence stream names what the fence waits for
  * (src/gap_policy.c): the transactions older than the fence that hold the

@@ -64,23 +64,12 @@ BEGIN
 END;
 $$;
 REVOKE EXECUTE ON FUNCTION ordered_events.start_retaining(integer) FROM PUBLIC;
-/* ------------------------------------------------------------------------
- * 3. Compaction, locks and the worker
- * ------------------------------------------------------------------------
- */
-
 /*
- * Retentions that compaction can compute.  A retention whose cut-off
- * (the time of a compaction minus the retention) is outside the range of
- * timestamps, such as '10000 years', made every compaction of its stream
- * fail with 22008, so that its per-key counting never ran either.
- * check_retention(), which create_stream() and alter_stream() call, now
- * refuses more than 1000 years; compaction treats a value stored before
- * (a 0.2 installation) as "nothing is old enough".
+ * A compaction's cut-off: clock - retention, or -infinity where it is out
+ * of the range of timestamps (nothing is older); NULL for a NULL
+ * retention.  check_retention() refuses more than 1000 years, but 0.2
+ * stored any (such as '10000 years', whose cut-off failed with 22008).
  */
-
--- clock - retention, or -infinity where it is out of range (nothing is
--- older); NULL for a NULL retention.
 CREATE FUNCTION ordered_events.retention_cutoff(clock timestamptz, retention interval)
 RETURNS timestamptz
 LANGUAGE plpgsql STABLE
@@ -112,10 +101,8 @@ COMMENT ON FUNCTION ordered_events.kept_released(integer, integer) IS
     'Internal: count and summed lag of the released events a stream keeps, by partition';
 REVOKE EXECUTE ON FUNCTION ordered_events.kept_released(integer,integer) FROM PUBLIC;
 /*
- * Compaction (compact() by hand, the worker in its cycle) as in 0.2, with
- * two changes: it refuses a REPEATABLE READ or SERIALIZABLE transaction,
- * and its cut-offs come from retention_cutoff().
- *
+ * One batch of compaction of a stream (compact() by hand, the worker in
+ * its cycle).  It refuses a REPEATABLE READ or SERIALIZABLE transaction.
  * Why refuse rather than read the positions with a newer snapshot: a
  * compaction must see, once it holds the stream's lock, every subscription
  * and position committed before (a subscribe() from the beginning waits

@@ -4,8 +4,7 @@
  */
 
 /*
- * Sharding (README.md, "Sharding"): a global stream spread over several
- * servers by key.  On each shard the stream is a normal global stream made
+ * A global stream spread over several servers by key.  On each shard the stream is a normal global stream made
  * "sharded": a router reads the runs of seqs each shard holds, combines
  * them into the global range, and releases each shard's events below it.
  */

@@ -56,12 +56,6 @@ CREATE TRIGGER stream_def_changed
     AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON ordered_events.stream_def
     FOR EACH STATEMENT EXECUTE FUNCTION ordered_events.stream_def_changed();
 
-/*
- * Functions.  Changes to stream_def or the skip ledger reach every
- * backend's stream cache through this trigger, which now invalidates the
- * table it fires on.
- */
-
 -- The stream's id, or the one error for an unknown stream (src/catalog.c).
 CREATE FUNCTION ordered_events.stream_id(stream text)
 RETURNS integer
@@ -91,10 +85,6 @@ BEGIN
     RETURN d;
 END;
 $$;
-/*
- * Streams
- */
-
 -- Raise the error for an option value that is not allowed.
 CREATE FUNCTION ordered_events.invalid_option(option text, value text, hint text)
 RETURNS void
@@ -162,7 +152,7 @@ BEGIN
 END;
 $$;
 /*
- * create_stream(), alter_stream(), drop_stream(): as in 0.2, run by
+ * create_stream(), alter_stream(), drop_stream() are run by
  * oe_call_as_caller as "<name>_as" with the calling role, which becomes
  * the owner of a new stream and must be the owner of an existing one.
  */
