@@ -11,7 +11,7 @@
 #
 # Not in bench/run's default list (it takes minutes and misses by design
 # until issue 13 is done); run it by name:
-#   unshare -m --propagation private /tmp/private_bench.sh bench/run [--full] bench/monitoring.sh
+#   unshare -m --propagation private bench/private bench/run [--full] bench/monitoring.sh
 #
 # Two databases in the bench cluster hold the same shapes, one with N
 # events a stream (bench_mon) and one with 10,000 (bench_mon_base); the

@@ -51,7 +51,7 @@
 #
 # Not in bench/run's default list (the full run takes several minutes);
 # run it by name:
-#   unshare -m --propagation private /tmp/private_bench.sh bench/run [--full] bench/retention.sh
+#   unshare -m --propagation private bench/private bench/run [--full] bench/retention.sh
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
