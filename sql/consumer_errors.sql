@@ -1,7 +1,8 @@
 --
--- consumer_errors: every bad input of the consumer functions (DESIGN.md
--- section 4, README.md "Consuming"), the message and hint a user reads,
--- its SQLSTATE, and that the refused call changed nothing.
+-- consumer_errors: every bad input of the consumer functions
+-- (docs/reference.md, "Consumers"; docs/architecture.md, rule 5), the
+-- message and hint a user reads, its SQLSTATE, and that the refused call
+-- changed nothing.
 --   unknown consumer 42704, existing consumer 42710, invalid name 42602,
 --   NULL argument 22004, invalid option (negative delay, a delay with days
 --   or months, bad start, partitions out of 1..1024, max_events <= 0,

@@ -1,7 +1,8 @@
 --
--- consumer_order: the merged read of consumers (DESIGN.md section 4,
--- README.md "Consuming"), case by case, with every expectation worked out
--- by hand in the comment above the statement that shows it.
+-- consumer_order: the merged read of consumers (docs/consuming.md;
+-- docs/architecture.md, rules 6 and 9), case by case, with every
+-- expectation worked out by hand in the comment above the statement that
+-- shows it.
 --
 -- A consumer reads the released events of its streams as one sequence: a
 -- k-way merge of the streams' delivery orders by (stabilized_ts, arrival

@@ -1,6 +1,6 @@
 --
 -- consumer_property: a random workload with a fixed seed, checked against a
--- model of the merged read (DESIGN.md section 4, rules 6 and 9).
+-- model of the merged read (docs/architecture.md, rules 6 and 9).
 --
 -- Five streams (three global, two per-key; two with a small
 -- max_release_batch, so that a backlog takes several release steps) get

@@ -1,7 +1,7 @@
 --
 -- errors: what a user reads when a call is refused, one worked example of
--- each message, with its detail and hint (README.md, "SQL reference" and
--- "Troubleshooting").  The SQLSTATE of every kind of bad input, for every
+-- each message, with its detail and hint (docs/reference.md and
+-- docs/troubleshooting.md).  The SQLSTATE of every kind of bad input, for every
 -- function and the inbox, and that a refused call changes nothing, are
 -- asserted in test/pgtap/04_errors.sql; the values at the edge of what is
 -- accepted in test/pgtap/05_semantics.sql.  The messages of append() and

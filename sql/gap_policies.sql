@@ -3,7 +3,7 @@
 -- the operator override skip_gap(), the skip ledger skipped_gaps, late
 -- arrivals into skipped runs, gaps() and stream_stats around gaps, per-key
 -- timeouts, append() on fence streams, blockers(), and the errors of bad
--- options (README.md, "Gaps" and "SQL reference").
+-- options (docs/concepts.md, "Gaps"; docs/reference.md).
 --
 -- release() is called by hand (no background worker serves this database).
 -- Nothing waits for a timeout, so no result depends on the machine's speed:
@@ -235,7 +235,7 @@ SELECT ordered_events.release('gp_skip');
 SELECT * FROM pg_temp.unprocessed('gp_skip');
 SELECT * FROM pg_temp.released('gp_skip');
 SELECT * FROM pg_temp.state('gp_skip');
--- README.md, "Guarantees" 4: every seq the range passed is either released
+-- docs/architecture.md, rule 4: every seq the range passed is either released
 -- or in the ledger, exactly once
 SELECT count(*) AS passed, count(r.seq) AS released, count(g.gap_start) AS skipped,
        count(*) FILTER (WHERE r.seq IS NULL = (g.gap_start IS NULL)) AS neither_or_both

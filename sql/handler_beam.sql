@@ -1,7 +1,7 @@
 --
 -- handler_beam: the handler cases of Apache Beam's OrderedEventProcessor
--- tests, ported to handler consumers (DESIGN.md section 5, README.md
--- "Processing with handlers").
+-- tests, ported to handler consumers (docs/handlers.md;
+-- docs/architecture.md, rules 10 and 11).
 --
 -- Beam's StringBuilderState appends each event to the key's state (mutate)
 -- and outputs the state after every mutate (produceResult); it creates the

@@ -1,6 +1,6 @@
 --
--- handler_derived: derived events (DESIGN.md section 5, YTsaurus Flow's
--- derived messages).  A handler consumer with output_stream appends each
+-- handler_derived: derived events (docs/handlers.md, "Derived events";
+-- docs/architecture.md, rule 12; YTsaurus Flow's derived messages).  A handler consumer with output_stream appends each
 -- result to that fence stream: key = the parent's key (the lineage key),
 -- payload = the result, seq allocated in processing order, event_ts = the
 -- parent's, alignment_ts = the parent's (alignment 'inherit') or the

@@ -1,9 +1,10 @@
 --
 -- handler_errors: every bad input of the handler arguments and of
--- process() (DESIGN.md section 5, README.md "Processing with handlers"),
--- the message and hint a user reads, its SQLSTATE, and that the refused
--- call changed nothing; then what a handler may not do (its errors are its
--- events' dead letters, never the caller's), and drop_consumer.
+-- process() (docs/handlers.md; docs/reference.md, "Handlers";
+-- docs/architecture.md, rule 5), the message and hint a user reads, its
+-- SQLSTATE, and that the refused call changed nothing; then what a handler
+-- may not do (its errors are its events' dead letters, never the
+-- caller's), and drop_consumer.
 --   not a handler (arguments, return type, SETOF, procedure) 42883,
 --   STRICT 42P13, no EXECUTE for the creating role 42501, a non-fence
 --   output_stream 42809, an unknown one 42704, output_stream or alignment

@@ -1,5 +1,5 @@
 --
--- handler_join: one handler over two streams (DESIGN.md section 5).  A
+-- handler_join: one handler over two streams (docs/architecture.md, rule 11).  A
 -- key's state is shared by all the consumer's streams, so a handler joins
 -- streams by key; the handler sees the events in the consumer's merged
 -- order, and the results come out in that order: the order peek() gives on

@@ -1,7 +1,7 @@
 --
--- handler_limits: the limits a handler runs under (DESIGN.md 8.2, "Time
--- limit" and "Processing, re-entrancy and cycles"; README.md "A time
--- limit" and "Security of handlers"), by process() by hand:
+-- handler_limits: the limits a handler runs under (docs/architecture.md,
+-- rules 17 and 18; docs/handlers.md, "A time limit" and "Security of
+-- handlers"), by process() by hand:
 --   1. ordered_events.handler_timeout is a server setting: a role that is
 --      not a superuser cannot SET it (42501), nor for itself with ALTER
 --      ROLE; process() run by such a role uses the server's value, never

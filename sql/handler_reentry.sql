@@ -1,6 +1,6 @@
 --
 -- handler_reentry: what a handler consumer refuses (issue 20, findings 10,
--- 11 and 13; README.md "SQL reference", Consumers):
+-- 11 and 13; docs/architecture.md, rule 18; docs/reference.md, Consumers):
 --   1. a handler that drops, subscribes, unsubscribes or alters its own
 --      consumer gets 55006 for that event: the consumer and its rows stay,
 --      the step goes on;

@@ -1,10 +1,10 @@
 --
--- Privileges (README.md, "Security"; DESIGN.md 8.1).  Three gates: EXECUTE
--- on the functions, the owner of a stream or consumer, and the 'read' and
--- 'write' privileges of a stream.  Each role may do exactly what its grants
--- say: what it may not is 42501 and changes nothing.
+-- Privileges (docs/security.md; docs/architecture.md, rule 15).  Three
+-- gates: EXECUTE on the functions, the owner of a stream or consumer, and
+-- the 'read' and 'write' privileges of a stream.  Each role may do exactly
+-- what its grants say: what it may not is 42501 and changes nothing.
 --
---   1. the README's roles, with its GRANT lines as written there
+--   1. the roles of docs/security.md, with its GRANT lines as written
 --   2. owners: every function of a stream or a consumer, for its owner, a
 --      member of the owner role, a superuser, and roles that may not
 --   3. giving a stream or a consumer away
@@ -85,7 +85,7 @@ END;
 $$;
 
 ------------------------------------------------------------------------
--- 1. The README's roles (README.md, "Security"), granted as written there
+-- 1. The roles of docs/security.md, granted as written there
 ------------------------------------------------------------------------
 CREATE ROLE operator;
 CREATE ROLE producer;
@@ -94,7 +94,7 @@ CREATE ROLE monitor;
 CREATE ROLE shopkeeper;
 CREATE ROLE processor;
 CREATE ROLE reporting;
--- README.md, "Security": the grants
+-- docs/security.md: the grants
 GRANT USAGE ON SCHEMA ordered_events
    TO operator, producer, consumer, shopkeeper, processor, reporting;
 GRANT EXECUTE ON FUNCTION ordered_events.create_stream(text, text, bigint, text, interval, integer, interval, interval),
@@ -125,7 +125,7 @@ GRANT EXECUTE ON FUNCTION ordered_events.process(text, integer, integer) TO proc
 GRANT shopkeeper TO processor;
 GRANT SELECT ON ordered_events.key_state, ordered_events.results, ordered_events.released TO reporting;
 
--- README.md, "Security": the operator creates the streams, owns them, and grants
+-- docs/security.md: the operator creates the streams, owns them, and grants
 SET ROLE operator;
 SELECT ordered_events.create_stream('orders');
 SELECT ordered_events.create_stream('order_states', gap_policy => 'fence');
@@ -629,8 +629,8 @@ SELECT ordered_events.grant_stream('po_s', 'read', 'regress_oe_writer');
 SELECT ordered_events.alter_consumer('ph_out', owner => 'regress_oe_writer');
 SELECT consumer, owner FROM ordered_events.consumers WHERE consumer = 'ph_out';
 
--- The attacks of the 0.2 audit.  regress_oe_mallory has what README.md
--- gives a handler owner, and a handler of her own.
+-- The attacks of the 0.2 audit.  regress_oe_mallory has what
+-- docs/security.md gives a handler owner, and a handler of her own.
 CREATE ROLE regress_oe_mallory;
 GRANT USAGE ON SCHEMA ordered_events TO regress_oe_mallory;
 GRANT EXECUTE ON FUNCTION ordered_events.create_consumer(text, integer, regprocedure, text, text, interval),
@@ -774,7 +774,7 @@ SELECT * FROM pg_temp.denied($$SELECT ordered_events.drop_stream_as('po_s', 'reg
                              ARRAY['regress_oe_other']);
 
 ------------------------------------------------------------------------
--- 7. The update from 0.2 (README.md, "Security": "Updating from 0.2"):
+-- 7. The update from 0.2 (docs/security.md, "Updating from 0.2"):
 --    0.2's streams belong to the extension's owner and grant 'read' and
 --    'write' to PUBLIC; 0.2's consumers without a handler have no owner
 --    until alter_consumer() gives one; EXECUTE grants are carried over
@@ -824,7 +824,7 @@ RESET ROLE;
 SET ROLE consumer;
 SELECT stream, seq, key FROM ordered_events.peek('billing');
 RESET ROLE;
--- README.md, "Security", after the update:
+-- docs/security.md, after the update:
 -- as the extension's owner, once
 GRANT EXECUTE ON FUNCTION ordered_events.grant_stream(text, text, regrole),
                           ordered_events.revoke_stream(text, text, regrole) TO operator;

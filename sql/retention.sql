@@ -1,6 +1,7 @@
 --
 -- retention: the stream options retention and dead_letter_retention, and
--- compact() (README.md, "Retention"): what it deletes (released events
+-- compact() (docs/operating.md, "Retention"; docs/architecture.md, rule
+-- 13): what it deletes (released events
 -- whose release step is older than the retention and that every
 -- subscribed consumer has read past; rejections older than the dead
 -- letter retention), and what it keeps (ranges, stream_stats, key_status,

@@ -1,4 +1,4 @@
--- A shard's part of a sharded global stream (README.md, "Sharding"): its
+-- A shard's part of a sharded global stream (docs/sharding.md): its
 -- range comes from a router, here played by hand.
 \set VERBOSITY terse
 SELECT ordered_events.create_stream('sh');

@@ -48,7 +48,7 @@ SELECT seq, key, payload FROM ordered_events.released;
 SELECT database, state, released_total FROM ordered_events.worker_status;
 
 -- Consumers: two streams read as one merged sequence; the worked example of
--- README.md, "Consuming".
+-- docs/consuming.md.
 SET timezone = 'UTC';
 \echo
 \echo '=== Consuming: two streams, one merged order ==='
@@ -115,7 +115,7 @@ SELECT consumer, stream, delay, consumed_count, unread_count, bias,
   FROM ordered_events.consumers;
 
 -- Handlers: the extension applies each key's events to a state machine;
--- README.md, "Processing with handlers".
+-- docs/handlers.md.
 \echo
 \echo '=== Processing with handlers: an order state machine ==='
 \echo 'shop.order_fsm(state, event) takes an order from created to paid to shipped;'

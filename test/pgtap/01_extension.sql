@@ -58,7 +58,7 @@ SELECT functions_are('ordered_events', ARRAY[
     -- streams, writing, releasing, reading
     'create_stream', 'alter_stream', 'drop_stream', 'ingest', 'append', 'release',
     'skip_gap', 'gaps', 'blockers', 'compact',
-    -- a shard's part of a sharded stream (README.md, "Sharding")
+    -- a shard's part of a sharded stream (docs/sharding.md)
     'shard_stream', 'shard_runs', 'release_through', 'shard_skip', 'ingest_array',
     -- consumers
     'create_consumer', 'drop_consumer', 'subscribe', 'unsubscribe', 'read', 'peek',

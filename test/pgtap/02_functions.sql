@@ -1,4 +1,4 @@
--- The functions of the contract (README.md, "SQL reference"): each exists
+-- The functions of the contract (docs/reference.md): each exists
 -- once, with exactly the contract's argument names, types and defaults, its
 -- return type and volatility, and none is STRICT (a NULL argument must give
 -- an error or a meaning such as "every stream", never a silent NULL).

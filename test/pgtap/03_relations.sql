@@ -1,4 +1,4 @@
--- The views and tables of the contract (README.md, "SQL reference": streams
+-- The views and tables of the contract (docs/reference.md: streams
 -- under "Streams", inbox under "Writing", the others under "Reading"): each
 -- has exactly the contract's columns, in the contract's order, with their
 -- types.
@@ -24,7 +24,7 @@ INSERT INTO contract_relation VALUES
     (2, 'inbox',         '{v}'),
     (3, 'released',      '{v}'),
     (4, 'pending',       '{v}'),
-    (5, 'ranges',        '{v,r}'),     -- a view in the README; a table would do as well
+    (5, 'ranges',        '{v,r}'),     -- a view in docs/reference.md; a table would do as well
     (6, 'key_status',    '{v}'),
     (7, 'stream_stats',  '{v}'),
     (8, 'worker_status', '{v}'),

@@ -1,6 +1,6 @@
--- The error contract for bad arguments (README.md, "SQL reference" and
--- "Guarantees" 5): each kind of bad input, to every function and to the
--- inbox, is an ERROR with the SQLSTATE of the README's table, a lower-case
+-- The error contract for bad arguments (docs/reference.md and
+-- docs/architecture.md, rule 5): each kind of bad input, to every function and to the
+-- inbox, is an ERROR with the SQLSTATE of docs/reference.md's table, a lower-case
 -- message and a hint, and it changes nothing.  The SQLSTATEs are pinned
 -- here; sql/errors.sql shows what the user reads (message, detail, hint),
 -- one example of each message.  The errors at the edges of bigint,

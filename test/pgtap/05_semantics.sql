@@ -1,6 +1,6 @@
 -- The contract about the values the functions return and the views show
--- (README.md, "SQL reference", "Streams: global and per-key" and
--- "Guarantees"), as assertions, for global streams with gap_policy 'wait',
+-- (docs/reference.md; docs/concepts.md, "Streams: global and per-key";
+-- docs/architecture.md, "Rules"), as assertions, for global streams with gap_policy 'wait',
 -- in one session: the outcomes and their dead letters, timestamps, the
 -- edges of what is accepted (keys, stream names, last_event,
 -- initial_sequence), max_release_batch, release(NULL), gaps(), the inbox,

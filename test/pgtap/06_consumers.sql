@@ -1,4 +1,4 @@
--- The consumer API of version 0.2 (DESIGN.md section 4; issue 11): the
+-- The consumer API of version 0.2 (docs/reference.md, "Consumers"; issue 11): the
 -- functions create_consumer, drop_consumer, subscribe, unsubscribe, read,
 -- peek and key_partition with exactly their argument names, types,
 -- defaults, results and volatility, none STRICT; the view consumers with
@@ -6,7 +6,7 @@
 -- message and a hint, changing nothing; what PUBLIC may execute; and
 -- key_partition() = (hashtextextended(key, 0) & 9223372036854775807) % n,
 -- the partition read() serves a key's events from.  The handler arguments
--- of create_consumer (section 5) are in 07_handlers.sql.  Concurrency is in
+-- of create_consumer (docs/handlers.md) are in 07_handlers.sql.  Concurrency is in
 -- test/isolation/specs/consumer_*.spec.
 BEGIN;
 SELECT plan(210);

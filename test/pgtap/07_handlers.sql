@@ -1,4 +1,4 @@
--- The handler API of version 0.2 (DESIGN.md section 5; issue 12):
+-- The handler API of version 0.2 (docs/reference.md, "Handlers"; issue 12):
 -- process() and create_consumer with exactly their argument names, types,
 -- defaults, results and volatility; the composite types event and step;
 -- the views key_state and results; the outcome exception_thrown and the

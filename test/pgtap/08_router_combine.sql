@@ -1,4 +1,4 @@
--- The combiner of the router alone (README.md, "Sharding"): the shards'
+-- The combiner of the router alone (docs/sharding.md): the shards'
 -- runs of seqs (inclusive bounds, as ordered_events.shard_runs() returns
 -- them) are united as int8ranges, and ordered_events_router.contiguous_end()
 -- takes the end of the contiguous range from range_end on.  Like Beam's

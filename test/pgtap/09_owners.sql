@@ -1,5 +1,5 @@
--- Owners and stream privileges of version 0.3 (DESIGN.md 8.1; README.md
--- "Security"): grant_stream, revoke_stream, has_stream_privilege and
+-- Owners and stream privileges of version 0.3 (docs/architecture.md, rule 15;
+-- docs/security.md): grant_stream, revoke_stream, has_stream_privilege and
 -- alter_consumer with exactly their argument names, types, defaults,
 -- results, volatility and PUBLIC's EXECUTE; the row-level security of
 -- unprocessed; the owner of what a role creates; each owner-only function
@@ -7,7 +7,7 @@
 -- of the owner role; 'write' for ingest, inbox and append; 'read' for
 -- subscribe and the views of events; output streams; giving away; the
 -- SQLSTATE of each kind of bad input.  sql/privileges.sql runs the same
--- rules for every kind of role, with the README's grants.
+-- rules for every kind of role, with the grants of docs/security.md.
 BEGIN;
 SELECT plan(89);
 

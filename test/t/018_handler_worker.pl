@@ -1,5 +1,6 @@
 
-# Background worker: handler consumers (DESIGN.md section 5).
+# Background worker: handler consumers (docs/handlers.md; docs/architecture.md,
+# rule 10).
 #
 # - The worker alone (no release(), no process()) releases events ingested
 #   out of order and applies them to a handler consumer: each event once,

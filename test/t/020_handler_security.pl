@@ -1,5 +1,6 @@
 
-# Security of handlers (DESIGN.md section 5, README "Security of handlers").
+# Security of handlers (docs/architecture.md, rule 16; docs/handlers.md,
+# "Security of handlers").
 #
 # Role alice, no superuser, may create consumers and subscribe them.  Her
 # handler, applied by the superuser worker, tries for one event each:

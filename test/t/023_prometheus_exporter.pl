@@ -2,7 +2,7 @@
 # Prometheus: the real prometheus-postgres-exporter, with
 # contrib/prometheus/ordered_events.yaml and a role that has pg_monitor
 # alone, scraped over localhost, shows the ordered_events metrics with the
-# values of the database (README.md, "Monitoring", "Prometheus"):
+# values of the database (docs/monitoring.md, "Prometheus"):
 #
 # - stream orders: 1, 2, 3 released by the worker, 5 held back by the gap
 #   at 4, a duplicate of 2 (a dead letter); stream audit: 1, 2 released;

@@ -1,5 +1,5 @@
 
-# Sharding over PL/Proxy (README.md, "Sharding"; issue 14): one router and
+# Sharding over PL/Proxy (docs/sharding.md; issue 14): one router and
 # four shard clusters on this machine, and a sixth, plain server to compare
 # with.  Every cluster preloads ordered_events and runs its worker; the
 # router's worker runs a combine step every 50 ms.

@@ -1,8 +1,8 @@
 
 # gap_policy 'fence' with the worker, while an unrelated transaction of the
-# same database holds an xid older than every fence (DESIGN 8.4: a dead seq
-# is skipped as soon as the transaction that allocated it has ended,
-# whatever other transactions are open).
+# same database holds an xid older than every fence (docs/architecture.md,
+# rule 14: a dead seq is skipped as soon as the transaction that allocated
+# it has ended, whatever other transactions are open).
 #
 # Session "other" inserts into an unrelated table and stays open.  Then:
 # - a rolled-back append() is skipped by the worker, and the seq after it

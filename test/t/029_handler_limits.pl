@@ -1,6 +1,6 @@
 
-# A handler that does not return (DESIGN.md 8.2, "Time limit"; README "A
-# time limit"): issue 20, item 3.
+# A handler that does not return (docs/architecture.md, rule 17;
+# docs/handlers.md, "A time limit"): issue 20, item 3.
 #
 # Consumer "stuck" has handler_timeout 300 ms.  Its handler, for the event
 # of key k2, loops for ever and catches every cancel.

@@ -75,7 +75,8 @@ sub send_query
 }
 
 # How many seqs of global stream $stream below its range_end are not
-# exactly one of released or skipped (rule 4: '0' when the range holds).
+# exactly one of released or skipped (docs/architecture.md, rule 4: '0'
+# when the range holds).
 sub seqs_not_released_or_skipped_once
 {
 	my ($node, $stream) = @_;
