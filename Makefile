@@ -26,6 +26,7 @@ OBJS = \
 	src/shard.o \
 	src/shmem.o \
 	src/skip_gap.o \
+	src/step.o \
 	src/table_insert.o \
 	src/worker.o
 PG_CPPFLAGS = -DOE_LIBRARY_VERSION='"$(EXTVERSION)"'

@@ -237,6 +237,26 @@ typedef struct OeLane
 	uint64		lane_hash;		/* a per-key lane: its key's partition hash */
 } OeLane;
 
+/*
+ * A step of the engine (step.c) under way: the stream's definition as read
+ * under its release lock, what it releases, and the NOTIFY to queue.
+ */
+typedef struct OeStepRun
+{
+	OeStream	stream;
+	OeStep		step;
+	char	   *notify;			/* the payload, NULL for none */
+} OeStepRun;
+
+/* What a kind of step does inside the engine's skeleton. */
+typedef struct OeStepKind
+{
+	bool		settle;			/* settle the skipped runs first (gap_policy.c) */
+	bool		skip_sharded;	/* a sharded stream: do nothing, return 0 */
+	bool		must_exist;		/* a stream dropped meanwhile is an error */
+	int64		(*body) (OeStepRun *run, void *arg);
+} OeStepKind;
+
 /* A consumer, as read() and process() see it (consumer_read.c). */
 typedef struct OeConsumer
 {
@@ -491,9 +511,13 @@ extern void oe_fence_lock(const OeStream *stream);
 extern OeStream oe_stream_for_append(text *name, Oid writer);
 extern int64 oe_append_event(const OeStream *stream, OeEvent *event);
 
-/* release.c */
+/* step.c */
 extern bool oe_lock_stream(OeStream *stream);
-extern int64 oe_release_global(OeStream *stream);
+extern int64 oe_run_step(const OeStream *stream, const OeStepKind *kind, void *arg);
+extern void oe_step_notify(OeStepRun *run, const OeLane *lane);
+
+/* release.c */
+extern int64 oe_release_global_body(OeStepRun *run, void *arg);
 extern int64 oe_release_lane(OeStep *step, text *key, int64 limit, Snapshot snapshot,
 							 bool *more);
 extern void oe_note_arrival(const OeStream *stream, text *key);
