@@ -11,6 +11,7 @@ MODULE_big = ordered_events
 OBJS = \
 	src/arrival.o \
 	src/catalog.o \
+	src/compaction.o \
 	src/consumer_read.o \
 	src/dead_letter.o \
 	src/delivery.o \

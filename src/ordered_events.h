@@ -501,6 +501,7 @@ extern void oe_lane_holes(OeLane *lane, Snapshot snapshot, int64 through, bool p
 						  void *arg);
 
 /* gap_policy.c */
+extern bool oe_gap_expired(TimestampTz first_seen, Interval *gap_timeout, TimestampTz now);
 extern int64 oe_policy_skip_end(OeLane *lane, int64 gap_end, Snapshot snapshot,
 								const char **reason);
 extern bool oe_stored_xid(Datum value, bool isnull, FullTransactionId *xid);

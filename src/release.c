@@ -44,12 +44,24 @@ static OePlan plans[] = {
 		"SELECT DISTINCT key FROM taken ORDER BY key",
 		2, {INT4OID, INT8OID}
 	},
+
+	/*
+	 * The lanes whose gap timed out (ordered_events.gap_expired(), the one
+	 * test), oldest first, at most $2: of the $2 oldest gaps, those that
+	 * timed out.  first_seen + timeout grows with first_seen, so a gap
+	 * younger than one that has not timed out has not either (but for the
+	 * hour a clock goes back, where a calendar-day timeout may see a lane
+	 * at the next step); this reads at most $2 rows of progress_gap_idx.
+	 */
 	[PLAN_EXPIRED_LANES] = {
-		"SELECT p.lane FROM ordered_events.progress p "
-		"JOIN ordered_events.stream_def d ON d.stream_id = p.stream_id "
-		"WHERE p.stream_id = $1 AND p.gap_start IS NOT NULL "
-		"  AND p.gap_first_seen <= pg_catalog.clock_timestamp() - d.gap_timeout "
-		"ORDER BY p.gap_first_seen LIMIT $2",
+		"SELECT x.lane FROM ("
+		"  SELECT p.lane, p.gap_first_seen, d.gap_timeout FROM ordered_events.progress p "
+		"  JOIN ordered_events.stream_def d ON d.stream_id = p.stream_id "
+		"  WHERE p.stream_id = $1 AND p.gap_start IS NOT NULL "
+		"  ORDER BY p.gap_first_seen LIMIT $2) x "
+		"WHERE ordered_events.gap_expired(x.gap_first_seen, x.gap_timeout, "
+		"                                 pg_catalog.clock_timestamp()) "
+		"ORDER BY x.gap_first_seen",
 		2, {INT4OID, INT8OID}
 	},
 	[PLAN_ADD_ARRIVAL] = {
@@ -212,8 +224,10 @@ release_per_key_body(OeStepRun *run, void *arg)
 	List	   *keys;
 	int64		released;
 
-	released = release_lanes(&run->step, lanes_from(PLAN_EXPIRED_LANES, stream,
-													stream->max_release_batch), 0);
+	released = 0;
+	if (stream->gap_policy == OE_GAP_TIMEOUT)
+		released = release_lanes(&run->step, lanes_from(PLAN_EXPIRED_LANES, stream,
+														stream->max_release_batch), 0);
 	/* Each snapshot is taken after its arrivals: it sees their events. */
 	while (released < stream->max_release_batch &&
 		   (keys = lanes_from(PLAN_TAKE_ARRIVALS, stream, stream->max_release_batch)) != NIL)
