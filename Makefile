@@ -9,6 +9,7 @@ EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" ordered_events.
 
 MODULE_big = ordered_events
 OBJS = \
+	src/args.o \
 	src/arrival.o \
 	src/catalog.o \
 	src/compaction.o \
@@ -20,6 +21,7 @@ OBJS = \
 	src/handler.o \
 	src/ingest.o \
 	src/internal_query.o \
+	src/keys.o \
 	src/lane.o \
 	src/ordered_events.o \
 	src/privileges.o \

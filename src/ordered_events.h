@@ -421,9 +421,6 @@ extern bool oe_lock_extension(void);
 extern const OeRelations *oe_relations(void);
 extern bool oe_lookup_stream(const char *name, OeStream *stream);
 extern OeStream oe_stream_or_error(text *name);
-extern OeStream oe_stream_arg(FunctionCallInfo fcinfo, int argno);
-extern void oe_check_key(const OeStream *stream, text *key, const int64 *seq);
-extern text *oe_lane_of(const OeStream *stream, text *key);
 extern List *oe_all_streams(void);
 extern List *oe_stream_names(const char *query, MemoryContext result_context);
 extern AclMode oe_stream_privileges(const OeStream *stream, Oid role);
@@ -462,7 +459,6 @@ extern void oe_dead_letter_row(const char *stream, uint64 row, OeOutcome reason,
 							   const char *detail);
 
 /* consumer_read.c */
-extern void oe_check_not_null(FunctionCallInfo fcinfo, int argno, const char *name);
 extern int32 oe_consumer_args(FunctionCallInfo fcinfo, const char *takes);
 extern void oe_consumer_lookup(Datum name, int32 partition, OeConsumer *consumer);
 extern bool oe_consumer_lock_nowait(const char *consumer, int32 partition);
@@ -480,6 +476,15 @@ extern void oe_step_count_event(OeLane *lane, TupleTableSlot *slot);
 extern void oe_step_add_run(const OeLane *lane);
 extern void oe_step_finish(OeStep *step);
 extern int128 oe_lag(TimestampTz event_ts, TimestampTz alignment_ts);
+extern char *oe_int128_out(int128 value);
+
+/* args.c */
+extern void oe_check_not_null(FunctionCallInfo fcinfo, int argno, const char *name);
+extern OeStream oe_stream_arg(FunctionCallInfo fcinfo, int argno);
+
+/* keys.c */
+extern void oe_check_key(const OeStream *stream, text *key, const int64 *seq);
+extern text *oe_lane_of(const OeStream *stream, text *key);
 extern uint64 oe_key_hash(text *key);
 
 /* The partition of a key's hash among "partitions" (key_partition()). */
@@ -488,7 +493,6 @@ oe_partition_of(uint64 hash, int32 partitions)
 {
 	return (int32) (hash % (uint64) partitions);
 }
-extern char *oe_int128_out(int128 value);
 
 /* lane.c */
 extern void oe_load_lane(OeLane *lane, const OeStream *stream, text *lane_key, OeStep *step);
