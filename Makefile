@@ -9,8 +9,10 @@ EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" ordered_events.
 
 MODULE_big = ordered_events
 OBJS = \
+	src/args.o \
 	src/arrival.o \
 	src/catalog.o \
+	src/compaction.o \
 	src/consumer_read.o \
 	src/dead_letter.o \
 	src/delivery.o \
@@ -19,6 +21,7 @@ OBJS = \
 	src/handler.o \
 	src/ingest.o \
 	src/internal_query.o \
+	src/keys.o \
 	src/lane.o \
 	src/ordered_events.o \
 	src/privileges.o \
@@ -26,6 +29,7 @@ OBJS = \
 	src/shard.o \
 	src/shmem.o \
 	src/skip_gap.o \
+	src/step.o \
 	src/table_insert.o \
 	src/worker.o
 PG_CPPFLAGS = -DOE_LIBRARY_VERSION='"$(EXTVERSION)"'

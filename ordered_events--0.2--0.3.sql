@@ -1490,3 +1490,147 @@ END;
 $$;
 
 DROP FUNCTION ordered_events.carry_grants(regprocedure, regprocedure);
+
+/* ------------------------------------------------------------------------
+ * 5. Each rule in one home (issue 21)
+ * ------------------------------------------------------------------------
+ */
+
+/*
+ * The gap-timeout test, once: a gap first seen at first_seen has timed out
+ * at "at" when first_seen + gap_timeout <= at (timestamptz + interval: a
+ * month is a calendar month, a day a calendar day).  0.2 also wrote
+ * first_seen <= at - gap_timeout, which is not the same test for months:
+ * from 31 January, one month has passed on 28 February by the first, on
+ * 3 March by the second.  The C function is the one the release step
+ * calls (src/gap_policy.c, oe_gap_expired()).
+ */
+CREATE FUNCTION ordered_events.gap_expired(first_seen timestamptz, gap_timeout interval,
+                                           at timestamptz)
+RETURNS boolean
+LANGUAGE c STABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'oe_gap_expired_sql';
+COMMENT ON FUNCTION ordered_events.gap_expired(timestamptz, interval, timestamptz) IS
+    'Internal: whether a gap first seen at first_seen has been missing for gap_timeout at "at"';
+
+/*
+ * The end of a lane's released prefix: every event of the lane below it is
+ * released.  An event is released when its seq is below the lane's
+ * range_end and no skipped run that a late event may still commit into
+ * (gap_skips, not settled) holds it, so the prefix ends at range_end or at
+ * the first such run.  Compaction counts up to it (src/compaction.c) and
+ * streams_to_compact() looks for streams to count by it.  A SQL-standard
+ * body: parsed once, here, with this script's search_path.
+ */
+CREATE FUNCTION ordered_events.released_end(stream_id integer, lane text, range_end bigint)
+RETURNS bigint
+LANGUAGE sql STABLE PARALLEL SAFE
+RETURN LEAST(range_end,
+             (SELECT pg_catalog.min(g.gap_start) FROM ordered_events.gap_skips g
+               WHERE g.stream_id = released_end.stream_id AND g.lane = released_end.lane
+                 AND NOT g.settled));
+COMMENT ON FUNCTION ordered_events.released_end(integer, text, bigint) IS
+    'Internal: the first seq of a lane from which on not every event is released';
+
+/*
+ * compact_stream() in C (src/compaction.c), a step of the engine that the
+ * release steps use, so it takes their lock; the same result, locking and
+ * refusal of REPEATABLE READ and SERIALIZABLE (25000) as the PL/pgSQL of
+ * section 3.  Its EXECUTE stays revoked from PUBLIC.
+ */
+CREATE OR REPLACE FUNCTION ordered_events.compact_stream(stream_id integer,
+                                              OUT deleted bigint, OUT more boolean)
+LANGUAGE c VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'oe_compact_stream';
+COMMENT ON FUNCTION ordered_events.compact_stream(integer) IS
+    'Internal: one batch of counting and retention for a stream';
+
+-- The functions that test these rules call them.
+CREATE OR REPLACE FUNCTION ordered_events.streams_to_compact()
+RETURNS TABLE (stream text)
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT d.stream
+  FROM ordered_events.stream_def d
+ WHERE EXISTS (SELECT FROM ordered_events.progress p
+                WHERE d.sequencing = 'global' AND p.stream_id = d.stream_id AND p.lane = ''
+                  AND coalesce(p.counted_end, d.initial_sequence)
+                      < ordered_events.released_end(p.stream_id, p.lane, p.range_end))
+    OR EXISTS (SELECT FROM (SELECT l.delivery, l.released_at, l.seq_start, l.seq_end
+                              FROM ordered_events.lane_release_log l
+                             WHERE d.retention IS NOT NULL AND l.stream_id = d.stream_id
+                             ORDER BY l.delivery LIMIT 1) l
+                WHERE l.released_at < ordered_events.retention_cutoff(pg_catalog.clock_timestamp(),
+                                                                        d.retention)
+                  -- not the newest run, kept once emptied
+                  AND (l.seq_start < l.seq_end
+                       OR EXISTS (SELECT FROM ordered_events.lane_release_log n
+                                   WHERE n.stream_id = d.stream_id AND n.delivery > l.delivery))
+                  AND NOT EXISTS (SELECT FROM ordered_events.subscription s
+                                    JOIN ordered_events.consumer_def c
+                                      ON c.consumer_id = s.consumer_id
+                                    JOIN ordered_events.release_totals t
+                                      ON t.stream_id = s.stream_id
+                                     AND t.partitions = c.partitions
+                                     AND t.partition = s.partition
+                                   WHERE s.stream_id = d.stream_id
+                                     AND s.taken_count < t.released_count
+                                     AND s.read_delivery <= l.delivery))
+    OR EXISTS (SELECT FROM ordered_events.unprocessed u
+                WHERE d.dead_letter_retention IS NOT NULL
+                  AND u.stream = d.stream AND u.consumer IS NULL
+                  AND u.received_at < ordered_events.retention_cutoff(pg_catalog.clock_timestamp(),
+                                                                      d.dead_letter_retention))
+ ORDER BY d.stream
+$$;
+
+CREATE OR REPLACE FUNCTION ordered_events.streams_with_work()
+RETURNS TABLE (stream text)
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT d.stream
+  FROM ordered_events.stream_def d
+  LEFT JOIN ordered_events.progress p ON p.stream_id = d.stream_id AND p.lane = ''
+ CROSS JOIN LATERAL (
+        -- a global stream: its first event from range_end on, by the primary key
+        (SELECT e.seq = p.range_end
+                OR p.gap_start IS DISTINCT FROM p.range_end
+                OR d.gap_policy = 'fence'
+                OR ordered_events.gap_expired(p.gap_first_seen, d.gap_timeout,
+                                              pg_catalog.clock_timestamp()) AS needed,
+                e.received_at AS since
+           FROM ordered_events.event_store e
+          WHERE d.sequencing = 'global' AND NOT d.sharded
+            AND e.stream_id = d.stream_id AND e.lane = '' AND e.seq >= p.range_end
+          ORDER BY e.seq LIMIT 1)
+        UNION ALL
+        (SELECT true, a.arrived_at
+           FROM ordered_events.key_arrivals a
+          WHERE d.sequencing = 'per_key' AND a.stream_id = d.stream_id
+          ORDER BY a.arrived_at LIMIT 1)
+        UNION ALL
+        -- the oldest gap of a per-key stream: if it has not timed out, no
+        -- younger one has (src/release.c, PLAN_EXPIRED_LANES)
+        (SELECT ordered_events.gap_expired(k.gap_first_seen, d.gap_timeout,
+                                           pg_catalog.clock_timestamp()), k.gap_first_seen
+           FROM ordered_events.progress k
+          WHERE d.gap_policy = 'timeout' AND d.sequencing = 'per_key'
+            AND k.stream_id = d.stream_id AND k.gap_start IS NOT NULL
+          ORDER BY k.gap_first_seen LIMIT 1)
+        UNION ALL
+        (SELECT true, g.skipped_at
+           FROM ordered_events.gap_skips g
+          WHERE g.stream_id = d.stream_id AND NOT g.settled
+          ORDER BY g.skipped_at LIMIT 1)) w
+ WHERE w.needed
+ GROUP BY d.stream
+ ORDER BY min(w.since), d.stream
+$$;
+
+REVOKE EXECUTE ON FUNCTION
+    ordered_events.gap_expired(timestamptz, interval, timestamptz),
+    ordered_events.released_end(integer, text, bigint)
+FROM PUBLIC;

@@ -490,22 +490,6 @@ oe_stream_or_error(text *name)
 }
 
 /*
- * The stream named by argument "argno" of a SQL function, or the error for
- * a NULL or unknown stream: the one place of these messages for the
- * functions whose only key is the stream.
- */
-OeStream
-oe_stream_arg(FunctionCallInfo fcinfo, int argno)
-{
-	if (PG_ARGISNULL(argno))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("stream must not be null"),
-				 errhint("Name a stream; see ordered_events.streams for the existing ones.")));
-	return oe_stream_or_error(PG_GETARG_TEXT_PP(argno));
-}
-
-/*
  * stream_id(stream text) returns integer
  *
  * For the SQL functions: the stream's id, or the same errors as the C ones.
@@ -515,36 +499,6 @@ Datum
 oe_stream_id(PG_FUNCTION_ARGS)
 {
 	PG_RETURN_INT32(oe_stream_arg(fcinfo, 0).stream_id);
-}
-
-/* Fail unless the key fits; seq, if known, goes into the detail. */
-void
-oe_check_key(const OeStream *stream, text *key, const int64 *seq)
-{
-	if (VARSIZE_ANY_EXHDR(key) > OE_MAX_KEY_BYTES)
-		ereport(ERROR,
-				(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
-				 errmsg("key of %zu bytes is too long", VARSIZE_ANY_EXHDR(key)),
-				 seq ? errdetail("Stream \"%s\", seq " INT64_FORMAT ".", stream->name, *seq)
-				 : errdetail("Stream \"%s\".", stream->name),
-				 errhint("A key has at most %d bytes; use a hash of a longer identifier.",
-						 OE_MAX_KEY_BYTES)));
-}
-
-/* The lane of an event of the stream with this key: '' or the key. */
-text *
-oe_lane_of(const OeStream *stream, text *key)
-{
-	static text *global_lane = NULL;
-
-	if (stream->per_key)
-		return key;
-	if (global_lane == NULL)
-	{
-		global_lane = (text *) MemoryContextAlloc(TopMemoryContext, VARHDRSZ);
-		SET_VARSIZE(global_lane, VARHDRSZ);
-	}
-	return global_lane;
 }
 
 /*

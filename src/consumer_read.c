@@ -215,37 +215,6 @@ typedef struct ReadContext
 	Relation	log_index;
 } ReadContext;
 
-/* The argument's error for a NULL. */
-void
-oe_check_not_null(FunctionCallInfo fcinfo, int argno, const char *name)
-{
-	if (PG_ARGISNULL(argno))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("%s must not be null", name),
-				 errhint("Pass a value, or leave out an argument that has a default.")));
-}
-
-/*
- * key_partition(key text, partitions integer) returns integer
- */
-PG_FUNCTION_INFO_V1(oe_key_partition);
-Datum
-oe_key_partition(PG_FUNCTION_ARGS)
-{
-	int32		partitions;
-
-	oe_check_not_null(fcinfo, 0, "key");
-	oe_check_not_null(fcinfo, 1, "partitions");
-	partitions = PG_GETARG_INT32(1);
-	if (partitions < 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("invalid value for partitions: %d", partitions),
-				 errhint("Use a positive number of partitions.")));
-	PG_RETURN_INT32(oe_partition_of(oe_key_hash(PG_GETARG_TEXT_PP(0)), partitions));
-}
-
 /*
  * read_here(read_xid xid8, row_xmin xid) returns boolean
  *

@@ -91,16 +91,6 @@ oe_lag(TimestampTz event_ts, TimestampTz alignment_ts)
 	return (int128) event_ts - (int128) alignment_ts;
 }
 
-/* The hash key_partition() takes a key's partition from. */
-uint64
-oe_key_hash(text *key)
-{
-	return (uint64) DatumGetInt64(DirectFunctionCall2Coll(hashtextextended, C_COLLATION_OID,
-														  PointerGetDatum(key),
-														  Int64GetDatum(0)))
-		& (uint64) PG_INT64_MAX;
-}
-
 /* An int128 in decimal, for a numeric parameter. */
 char *
 oe_int128_out(int128 value)

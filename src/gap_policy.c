@@ -6,7 +6,8 @@
  *	  commit into.
  *
  * 'timeout' skips a gap once it has been missing for gap_timeout since a
- * step first saw it (progress.gap_first_seen).  'fence' skips it once every
+ * step first saw it (progress.gap_first_seen): oe_gap_expired(), the one
+ * home of that test, which SQL calls as ordered_events.gap_expired().  'fence' skips it once every
  * transaction that could still fill it has ended, whatever other
  * transactions are open.
  *
@@ -82,6 +83,7 @@
 #include "storage/sinvaladt.h"
 #include "utils/builtins.h"
 #include "utils/snapmgr.h"
+#include "utils/timestamp.h"
 
 enum
 {
@@ -298,6 +300,36 @@ oe_stored_xid(Datum value, bool isnull, FullTransactionId *xid)
 		return false;
 	*xid = FullTransactionIdFromU64(DatumGetInt64(value));
 	return !FullTransactionIdFollows(*xid, ReadNextFullTransactionId());
+}
+
+/*
+ * True if a gap first seen at "first_seen" has timed out at "now": the one
+ * test of gap_timeout, first_seen + gap_timeout <= now, in the session's
+ * time zone as timestamptz + interval is (a month is a calendar month, a
+ * day a calendar day).  first_seen <= now - gap_timeout is not the same
+ * test: from 31 January, one month has passed on 28 February by this one,
+ * on 3 March by that one.
+ */
+bool
+oe_gap_expired(TimestampTz first_seen, Interval *gap_timeout, TimestampTz now)
+{
+	Datum		expires = DirectFunctionCall2(timestamptz_pl_interval,
+											  TimestampTzGetDatum(first_seen),
+											  PointerGetDatum(gap_timeout));
+
+	return DatumGetTimestampTz(expires) <= now;
+}
+
+/*
+ * gap_expired(first_seen timestamptz, gap_timeout interval, at timestamptz)
+ * returns boolean: oe_gap_expired() for SQL (STRICT).
+ */
+PG_FUNCTION_INFO_V1(oe_gap_expired_sql);
+Datum
+oe_gap_expired_sql(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(oe_gap_expired(PG_GETARG_TIMESTAMPTZ(0), PG_GETARG_INTERVAL_P(1),
+								  PG_GETARG_TIMESTAMPTZ(2)));
 }
 
 /*

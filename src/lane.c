@@ -52,7 +52,7 @@ enum
 static OePlan plans[] = {
 	[PLAN_LOAD] = {
 		"SELECT p.range_end, p.max_event_ts, p.gap_start, p.gap_end, "
-		"  p.gap_first_seen + d.gap_timeout <= pg_catalog.clock_timestamp(), "
+		"  d.gap_timeout, "
 		"  p.fence_seq, p.fence_xid::text::bigint, p.last_event_seq, p.gap_first_seen "
 		"FROM ordered_events.progress p "
 		"JOIN ordered_events.stream_def d ON d.stream_id = p.stream_id "
@@ -130,6 +130,25 @@ load_runs(OeLane *lane)
 }
 
 /*
+ * True if the gap a step saw (gap_first_seen, column 9 of PLAN_LOAD's
+ * "row") has been missing for the stream's gap_timeout (column 5) by now:
+ * oe_gap_expired(), at clock_timestamp() as before.
+ */
+static bool
+seen_gap_expired(uint64 row)
+{
+	bool		no_gap;
+	bool		no_timeout;
+	Datum		first_seen = oe_result(row, 9, &no_gap);
+	Datum		gap_timeout = oe_result(row, 5, &no_timeout);
+
+	if (no_gap || no_timeout)
+		return false;
+	return oe_gap_expired(DatumGetTimestampTz(first_seen), DatumGetIntervalP(gap_timeout),
+						  GetCurrentTimestamp());
+}
+
+/*
  * Load a lane's progress and skipped runs: the lane of key "lane_key" of a
  * per-key stream, or the global lane (pass oe_lane_of()).  "step" is the
  * release step that will walk it, NULL if none will.
@@ -161,8 +180,7 @@ oe_load_lane(OeLane *lane, const OeStream *stream, text *lane_key, OeStep *step)
 		value = oe_result(0, 3, &isnull);
 		lane->seen_gap = isnull ? PG_INT64_MIN : DatumGetInt64(value);
 		lane->seen_gap_end = DatumGetInt64(oe_result(0, 4, &isnull));
-		value = oe_result(0, 5, &isnull);
-		lane->seen_gap_expired = !isnull && DatumGetBool(value);
+		lane->seen_gap_expired = seen_gap_expired(0);
 		value = oe_result(0, 7, &isnull);
 		lane->has_fence = oe_stored_xid(value, isnull, &lane->fence_xid);
 		if (lane->has_fence)

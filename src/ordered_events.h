@@ -237,6 +237,26 @@ typedef struct OeLane
 	uint64		lane_hash;		/* a per-key lane: its key's partition hash */
 } OeLane;
 
+/*
+ * A step of the engine (step.c) under way: the stream's definition as read
+ * under its release lock, what it releases, and the NOTIFY to queue.
+ */
+typedef struct OeStepRun
+{
+	OeStream	stream;
+	OeStep		step;
+	char	   *notify;			/* the payload, NULL for none */
+} OeStepRun;
+
+/* What a kind of step does inside the engine's skeleton. */
+typedef struct OeStepKind
+{
+	bool		settle;			/* settle the skipped runs first (gap_policy.c) */
+	bool		skip_sharded;	/* a sharded stream: do nothing, return 0 */
+	bool		must_exist;		/* a stream dropped meanwhile is an error */
+	int64		(*body) (OeStepRun *run, void *arg);
+} OeStepKind;
+
 /* A consumer, as read() and process() see it (consumer_read.c). */
 typedef struct OeConsumer
 {
@@ -401,9 +421,6 @@ extern bool oe_lock_extension(void);
 extern const OeRelations *oe_relations(void);
 extern bool oe_lookup_stream(const char *name, OeStream *stream);
 extern OeStream oe_stream_or_error(text *name);
-extern OeStream oe_stream_arg(FunctionCallInfo fcinfo, int argno);
-extern void oe_check_key(const OeStream *stream, text *key, const int64 *seq);
-extern text *oe_lane_of(const OeStream *stream, text *key);
 extern List *oe_all_streams(void);
 extern List *oe_stream_names(const char *query, MemoryContext result_context);
 extern AclMode oe_stream_privileges(const OeStream *stream, Oid role);
@@ -442,7 +459,6 @@ extern void oe_dead_letter_row(const char *stream, uint64 row, OeOutcome reason,
 							   const char *detail);
 
 /* consumer_read.c */
-extern void oe_check_not_null(FunctionCallInfo fcinfo, int argno, const char *name);
 extern int32 oe_consumer_args(FunctionCallInfo fcinfo, const char *takes);
 extern void oe_consumer_lookup(Datum name, int32 partition, OeConsumer *consumer);
 extern bool oe_consumer_lock_nowait(const char *consumer, int32 partition);
@@ -460,6 +476,15 @@ extern void oe_step_count_event(OeLane *lane, TupleTableSlot *slot);
 extern void oe_step_add_run(const OeLane *lane);
 extern void oe_step_finish(OeStep *step);
 extern int128 oe_lag(TimestampTz event_ts, TimestampTz alignment_ts);
+extern char *oe_int128_out(int128 value);
+
+/* args.c */
+extern void oe_check_not_null(FunctionCallInfo fcinfo, int argno, const char *name);
+extern OeStream oe_stream_arg(FunctionCallInfo fcinfo, int argno);
+
+/* keys.c */
+extern void oe_check_key(const OeStream *stream, text *key, const int64 *seq);
+extern text *oe_lane_of(const OeStream *stream, text *key);
 extern uint64 oe_key_hash(text *key);
 
 /* The partition of a key's hash among "partitions" (key_partition()). */
@@ -468,7 +493,6 @@ oe_partition_of(uint64 hash, int32 partitions)
 {
 	return (int32) (hash % (uint64) partitions);
 }
-extern char *oe_int128_out(int128 value);
 
 /* lane.c */
 extern void oe_load_lane(OeLane *lane, const OeStream *stream, text *lane_key, OeStep *step);
@@ -481,6 +505,7 @@ extern void oe_lane_holes(OeLane *lane, Snapshot snapshot, int64 through, bool p
 						  void *arg);
 
 /* gap_policy.c */
+extern bool oe_gap_expired(TimestampTz first_seen, Interval *gap_timeout, TimestampTz now);
 extern int64 oe_policy_skip_end(OeLane *lane, int64 gap_end, Snapshot snapshot,
 								const char **reason);
 extern bool oe_stored_xid(Datum value, bool isnull, FullTransactionId *xid);
@@ -491,9 +516,13 @@ extern void oe_fence_lock(const OeStream *stream);
 extern OeStream oe_stream_for_append(text *name, Oid writer);
 extern int64 oe_append_event(const OeStream *stream, OeEvent *event);
 
-/* release.c */
+/* step.c */
 extern bool oe_lock_stream(OeStream *stream);
-extern int64 oe_release_global(OeStream *stream);
+extern int64 oe_run_step(const OeStream *stream, const OeStepKind *kind, void *arg);
+extern void oe_step_notify(OeStepRun *run, const OeLane *lane);
+
+/* release.c */
+extern int64 oe_release_global_body(OeStepRun *run, void *arg);
 extern int64 oe_release_lane(OeStep *step, text *key, int64 limit, Snapshot snapshot,
 							 bool *more);
 extern void oe_note_arrival(const OeStream *stream, text *key);

@@ -11,30 +11,23 @@
  * cost follows the keys that received events, never the idle ones; it
  * releases at most max_release_batch events in all.
  *
- * Concurrency: a step first locks the stream's stream_def row (FOR NO KEY
- * UPDATE), which serialises the release steps of a stream (and makes
- * alter_stream() and drop_stream() wait for one), then reads the stream's
- * definition again and takes fresh snapshots for the walks, so a second
- * step starts where the first ended.
- *
- * After a step that moved a range, NOTIFY ordered_events is queued
- * ('<stream>:<range_end>', or '<stream>' for a per-key stream); it is
- * delivered when the step commits.
+ * A release step is a step of the engine (step.c): it holds the stream's
+ * release lock, settles the skipped runs, walks with snapshots taken after
+ * the lock, logs what it released and, after a step that moved a range,
+ * queues NOTIFY ordered_events ('<stream>:<range_end>', or '<stream>' for
+ * a per-key stream), delivered when the step commits.
  *
  *-------------------------------------------------------------------------
  */
 #include "ordered_events.h"
 
 #include "catalog/pg_type.h"
-#include "commands/async.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
-#include "utils/inval.h"
 #include "utils/snapmgr.h"
 
 enum
 {
-	PLAN_LOCK_STREAM,
 	PLAN_TAKE_ARRIVALS,
 	PLAN_EXPIRED_LANES,
 	PLAN_ADD_ARRIVAL,
@@ -42,10 +35,6 @@ enum
 };
 
 static OePlan plans[] = {
-	[PLAN_LOCK_STREAM] = {
-		"SELECT FROM ordered_events.stream_def WHERE stream_id = $1 FOR NO KEY UPDATE",
-		1, {INT4OID}
-	},
 	[PLAN_TAKE_ARRIVALS] = {
 		"WITH taken AS ("
 		"  DELETE FROM ordered_events.key_arrivals WHERE ctid = ANY (ARRAY("
@@ -55,12 +44,24 @@ static OePlan plans[] = {
 		"SELECT DISTINCT key FROM taken ORDER BY key",
 		2, {INT4OID, INT8OID}
 	},
+
+	/*
+	 * The lanes whose gap timed out (ordered_events.gap_expired(), the one
+	 * test), oldest first, at most $2: of the $2 oldest gaps, those that
+	 * timed out.  first_seen + timeout grows with first_seen, so a gap
+	 * younger than one that has not timed out has not either (but for the
+	 * hour a clock goes back, where a calendar-day timeout may see a lane
+	 * at the next step); this reads at most $2 rows of progress_gap_idx.
+	 */
 	[PLAN_EXPIRED_LANES] = {
-		"SELECT p.lane FROM ordered_events.progress p "
-		"JOIN ordered_events.stream_def d ON d.stream_id = p.stream_id "
-		"WHERE p.stream_id = $1 AND p.gap_start IS NOT NULL "
-		"  AND p.gap_first_seen <= pg_catalog.clock_timestamp() - d.gap_timeout "
-		"ORDER BY p.gap_first_seen LIMIT $2",
+		"SELECT x.lane FROM ("
+		"  SELECT p.lane, p.gap_first_seen, d.gap_timeout FROM ordered_events.progress p "
+		"  JOIN ordered_events.stream_def d ON d.stream_id = p.stream_id "
+		"  WHERE p.stream_id = $1 AND p.gap_start IS NOT NULL "
+		"  ORDER BY p.gap_first_seen LIMIT $2) x "
+		"WHERE ordered_events.gap_expired(x.gap_first_seen, x.gap_timeout, "
+		"                                 pg_catalog.clock_timestamp()) "
+		"ORDER BY x.gap_first_seen",
 		2, {INT4OID, INT8OID}
 	},
 	[PLAN_ADD_ARRIVAL] = {
@@ -77,38 +78,15 @@ static OePlan plans[] = {
 };
 
 /*
- * Take the stream's release lock, and read its definition again: a skip
- * committed by the step before is seen now.  Returns false if the stream
- * was dropped meanwhile.
- */
-bool
-oe_lock_stream(OeStream *stream)
-{
-	Datum		id = Int32GetDatum(stream->stream_id);
-
-	oe_run_plan(&plans[PLAN_LOCK_STREAM], &id, NULL, SPI_OK_SELECT);
-	if (SPI_processed == 0)
-		return false;
-	AcceptInvalidationMessages();
-	return oe_lookup_stream(stream->name, stream);
-}
-
-/*
- * One release step of a global stream, in the caller's transaction and
- * internal-query scope; returns the number of events released.
+ * The body of a release step of a global stream (the engine, step.c, holds
+ * its lock): walk its one lane; returns the number of events released.
  */
 int64
-oe_release_global(OeStream *stream)
+oe_release_global_body(OeStepRun *run, void *arg)
 {
-	OeStep		step;
 	OeLane		lane;
 
-	/* A sharded stream's range comes from its router (shard.c). */
-	if (!oe_lock_stream(stream) || stream->sharded)
-		return 0;
-	oe_settle_runs(stream);
-	oe_step_begin(&step, stream);
-	oe_load_lane(&lane, stream, oe_lane_of(stream, NULL), &step);
+	oe_load_lane(&lane, &run->stream, oe_lane_of(&run->stream, NULL), &run->step);
 
 	/*
 	 * Walk with a snapshot taken after the lock, so that it sees the
@@ -120,7 +98,7 @@ oe_release_global(OeStream *stream)
 		Snapshot	snapshot = RegisterSnapshot(GetLatestSnapshot());
 
 		lane.gap = false;
-		oe_walk_lane(&lane, stream->max_release_batch, snapshot);
+		oe_walk_lane(&lane, run->stream.max_release_batch, snapshot);
 		UnregisterSnapshot(snapshot);
 		if (!(lane.gap && lane.fence_recorded && attempt == 0))
 			break;
@@ -128,14 +106,7 @@ oe_release_global(OeStream *stream)
 
 	oe_add_runs(&lane);
 	oe_save_lane(&lane);
-	oe_step_finish(&step);
-	if (lane.range_end != lane.start)
-	{
-		char		payload[NAMEDATALEN + 24];
-
-		snprintf(payload, sizeof(payload), "%s:" INT64_FORMAT, stream->name, lane.range_end);
-		Async_Notify("ordered_events", payload);
-	}
+	oe_step_notify(run, &lane);
 	return lane.released;
 }
 
@@ -241,35 +212,38 @@ release_lanes(OeStep *step, List *keys, int64 released)
 }
 
 /*
- * One release step of a per-key stream.  Visits the lanes whose gap timed
- * out, then takes arrivals, oldest first, until the budget is spent or none
- * are left; each arrival is taken once, so the cost follows the keys that
- * received events.
+ * The body of a release step of a per-key stream.  Visits the lanes whose
+ * gap timed out, then takes arrivals, oldest first, until the budget is
+ * spent or none are left; each arrival is taken once, so the cost follows
+ * the keys that received events.
  */
 static int64
-release_per_key(OeStream *stream)
+release_per_key_body(OeStepRun *run, void *arg)
 {
-	OeStep		step;
+	const OeStream *stream = &run->stream;
 	List	   *keys;
 	int64		released;
 
-	if (!oe_lock_stream(stream))
-		return 0;
-	oe_settle_runs(stream);
-	oe_step_begin(&step, stream);
-
-	released = release_lanes(&step, lanes_from(PLAN_EXPIRED_LANES, stream,
-											   stream->max_release_batch), 0);
+	released = 0;
+	if (stream->gap_policy == OE_GAP_TIMEOUT)
+		released = release_lanes(&run->step, lanes_from(PLAN_EXPIRED_LANES, stream,
+														stream->max_release_batch), 0);
 	/* Each snapshot is taken after its arrivals: it sees their events. */
 	while (released < stream->max_release_batch &&
 		   (keys = lanes_from(PLAN_TAKE_ARRIVALS, stream, stream->max_release_batch)) != NIL)
-		released = release_lanes(&step, keys, released);
-	oe_step_finish(&step);
-
+		released = release_lanes(&run->step, keys, released);
 	if (released > 0)
-		Async_Notify("ordered_events", stream->name);
+		oe_step_notify(run, NULL);
 	return released;
 }
+
+/* A release step: settles first; a sharded stream's range is its router's. */
+static const OeStepKind global_release = {
+	.settle = true, .skip_sharded = true, .body = oe_release_global_body
+};
+static const OeStepKind per_key_release = {
+	.settle = true, .body = release_per_key_body
+};
 
 /*
  * One release step for a stream: advance its lanes over the arrived events,
@@ -280,14 +254,7 @@ release_per_key(OeStream *stream)
 int64
 oe_release_stream(const OeStream *stream)
 {
-	OeStream	current = *stream;
-	OeInternalScope scope;
-	int64		released;
-
-	oe_internal_begin(&scope, oe_relations()->owner);
-	released = current.per_key ? release_per_key(&current) : oe_release_global(&current);
-	oe_internal_end(&scope);
-	return released;
+	return oe_run_step(stream, stream->per_key ? &per_key_release : &global_release, NULL);
 }
 
 /*

@@ -12,18 +12,38 @@
  * its events below the range's end: release_through() here.  A seq this
  * shard does not hold is on another one, not a gap.
  *
- * release_through() is a release step (release.c): it holds the stream's
- * release lock, logs its run for consumers, counts what it released, and
- * notifies at commit.  Calling it again with the same or a lower end
+ * release_through() is a step of the engine (step.c): it holds the
+ * stream's release lock, logs its run for consumers, counts what it
+ * released, and notifies at commit.  Calling it again with the same or a lower end
  * releases nothing, so a router may repeat it after a failure.
  *
  *-------------------------------------------------------------------------
  */
 #include "ordered_events.h"
 
-#include "commands/async.h"
 #include "miscadmin.h"
 #include "utils/snapmgr.h"
+
+/* The body of release_through(): "arg" is the end, exclusive. */
+static int64
+release_through_body(OeStepRun *run, void *arg)
+{
+	int64		through = *(const int64 *) arg;
+	OeLane		lane;
+	Snapshot	snapshot;
+
+	oe_load_lane(&lane, &run->stream, oe_lane_of(&run->stream, NULL), &run->step);
+	if (through <= lane.range_end)
+		return 0;
+	snapshot = RegisterSnapshot(GetLatestSnapshot());
+	oe_walk_lane_through(&lane, through, snapshot);
+	UnregisterSnapshot(snapshot);
+	oe_save_lane(&lane);
+	run->notify = psprintf("%s:" INT64_FORMAT, run->stream.name, lane.range_end);
+	return lane.released;
+}
+
+static const OeStepKind through_step = {.settle = true, .body = release_through_body};
 
 /*
  * release_through(stream text, through_seq bigint) returns bigint
@@ -37,10 +57,7 @@ oe_release_through(PG_FUNCTION_ARGS)
 {
 	OeStream	stream = oe_stream_arg(fcinfo, 0);
 	int64		through;
-	OeInternalScope scope;
-	OeStep		step;
-	OeLane		lane;
-	Snapshot	snapshot;
+	int64		released;
 
 	oe_check_not_null(fcinfo, 1, "through_seq");
 	through = PG_GETARG_INT64(1);
@@ -51,29 +68,10 @@ oe_release_through(PG_FUNCTION_ARGS)
 				 errmsg("stream \"%s\" is not sharded", stream.name),
 				 errhint("Only a global stream made a shard's part with ordered_events.shard_stream() takes its range from a router.")));
 
-	oe_internal_begin(&scope, oe_relations()->owner);
-	if (!oe_lock_stream(&stream))
-	{
-		oe_internal_end(&scope);
-		PG_RETURN_INT64(0);
-	}
-	oe_settle_runs(&stream);
-	oe_step_begin(&step, &stream);
-	oe_load_lane(&lane, &stream, oe_lane_of(&stream, NULL), &step);
-	if (through > lane.range_end)
-	{
-		snapshot = RegisterSnapshot(GetLatestSnapshot());
-		oe_walk_lane_through(&lane, through, snapshot);
-		UnregisterSnapshot(snapshot);
-		oe_save_lane(&lane);
-		oe_step_finish(&step);
-		Async_Notify("ordered_events",
-					 psprintf("%s:" INT64_FORMAT, stream.name, lane.range_end));
-	}
-	oe_internal_end(&scope);
+	released = oe_run_step(&stream, &through_step, &through);
 
 	/* Handlers may have events to apply now: wake the worker at commit. */
-	if (lane.released > 0)
+	if (released > 0)
 		oe_note_events_written();
-	PG_RETURN_INT64(lane.released);
+	PG_RETURN_INT64(released);
 }

@@ -7,8 +7,8 @@
  * The missing seqs are the holes of the lane (lane.c), also those after
  * the last arrived seq.  An event whose transaction is open at the skip and
  * commits into a skipped run later is settled by a later release step
- * (gap_policy.c).  Runs under the stream's release lock, in the caller's
- * transaction.
+ * (gap_policy.c).  A step of the engine (step.c): under the stream's
+ * release lock, in the caller's transaction.
  *
  *-------------------------------------------------------------------------
  */
@@ -83,6 +83,72 @@ lane_argument(const OeStream *stream, text *key)
 	return oe_lane_of(stream, key);
 }
 
+/* What skip_gap() asks its step for. */
+typedef struct SkipRequest
+{
+	text	   *lane_key;
+	int64		through;
+	char	   *reason;
+} SkipRequest;
+
+/*
+ * Release what the skip unblocks in the same step, which sees the new runs.
+ * A global stream's step reads its definition again and settles, as a
+ * release step does; a per-key stream's walks the one lane.
+ */
+static void
+release_after_skip(OeStepRun *run, const SkipRequest *req)
+{
+	run->stream.skipped_through = Max(run->stream.skipped_through, req->through);
+	if (run->stream.per_key)
+	{
+		Snapshot	snapshot = RegisterSnapshot(GetLatestSnapshot());
+		bool		more;
+
+		(void) oe_release_lane(&run->step, req->lane_key, run->stream.max_release_batch,
+							   snapshot, &more);
+		UnregisterSnapshot(snapshot);
+		if (more)
+			oe_note_arrival(&run->stream, req->lane_key);
+	}
+	else if (oe_lock_stream(&run->stream) && !run->stream.sharded)
+	{
+		oe_settle_runs(&run->stream);
+		(void) oe_release_global_body(run, NULL);
+	}
+}
+
+/*
+ * The body of skip_gap()'s step: declare the lane's holes through
+ * req->through lost, keep append() from handing out a skipped seq, and
+ * release what that unblocks.  Returns the number of seqs skipped.
+ */
+static int64
+skip_body(OeStepRun *run, void *arg)
+{
+	const SkipRequest *req = arg;
+	OeLane		lane;
+	Snapshot	snapshot;
+
+	oe_load_lane(&lane, &run->stream, req->lane_key, NULL);
+	snapshot = RegisterSnapshot(GetLatestSnapshot());
+	oe_lane_holes(&lane, snapshot, req->through, true, declare_lost, req->reason);
+	UnregisterSnapshot(snapshot);
+	oe_add_runs(&lane);
+
+	if (run->stream.gap_policy == OE_GAP_FENCE && lane.skipped > 0)
+	{
+		Datum		values[2] = {ObjectIdGetDatum(run->stream.fence_seq),
+		Int64GetDatum(req->through)};
+
+		oe_run_plan(&move_fence_seq, values, NULL, SPI_OK_SELECT);
+	}
+	release_after_skip(run, req);
+	return lane.skipped;
+}
+
+static const OeStepKind skip_step = {.must_exist = true, .body = skip_body};
+
 /*
  * skip_gap(stream, through_seq, reason, key DEFAULT NULL) returns bigint
  *
@@ -95,11 +161,7 @@ Datum
 oe_skip_gap(PG_FUNCTION_ARGS)
 {
 	OeStream	stream;
-	text	   *lane_key;
-	int64		through;
-	OeLane		lane;
-	Snapshot	snapshot;
-	OeInternalScope scope;
+	SkipRequest req;
 
 	check_null_arguments(fcinfo);
 	PreventCommandIfReadOnly("skip_gap()");
@@ -110,49 +172,14 @@ oe_skip_gap(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("stream \"%s\" is sharded", stream.name),
 				 errhint("Its other seqs are on other shards: skip on the router, with ordered_events_router.skip_gap().")));
-	lane_key = lane_argument(&stream, PG_ARGISNULL(3) ? NULL : PG_GETARG_TEXT_PP(3));
-	through = PG_GETARG_INT64(1);
-	if (through == PG_INT64_MAX)
+	req.lane_key = lane_argument(&stream, PG_ARGISNULL(3) ? NULL : PG_GETARG_TEXT_PP(3));
+	req.through = PG_GETARG_INT64(1);
+	if (req.through == PG_INT64_MAX)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("through_seq must be below 9223372036854775807"),
 				 errhint("That seq has no successor, so no event can follow it.")));
+	req.reason = text_to_cstring(PG_GETARG_TEXT_PP(2));
 
-	oe_internal_begin(&scope, oe_relations()->owner);
-	if (!oe_lock_stream(&stream))
-		(void) oe_stream_or_error(PG_GETARG_TEXT_PP(0));	/* dropped meanwhile */
-	oe_load_lane(&lane, &stream, lane_key, NULL);
-
-	snapshot = RegisterSnapshot(GetLatestSnapshot());
-	oe_lane_holes(&lane, snapshot, through, true, declare_lost,
-				  text_to_cstring(PG_GETARG_TEXT_PP(2)));
-	UnregisterSnapshot(snapshot);
-	oe_add_runs(&lane);
-
-	if (stream.gap_policy == OE_GAP_FENCE && lane.skipped > 0)
-	{
-		Datum		values[2] = {ObjectIdGetDatum(stream.fence_seq), Int64GetDatum(through)};
-
-		oe_run_plan(&move_fence_seq, values, NULL, SPI_OK_SELECT);
-	}
-
-	/* Release what the skip unblocks: the step sees the new runs. */
-	stream.skipped_through = Max(stream.skipped_through, through);
-	if (stream.per_key)
-	{
-		OeStep		step;
-		bool		more;
-
-		oe_step_begin(&step, &stream);
-		snapshot = RegisterSnapshot(GetLatestSnapshot());
-		(void) oe_release_lane(&step, lane_key, stream.max_release_batch, snapshot, &more);
-		UnregisterSnapshot(snapshot);
-		oe_step_finish(&step);
-		if (more)
-			oe_note_arrival(&stream, lane_key);
-	}
-	else
-		(void) oe_release_global(&stream);
-	oe_internal_end(&scope);
-	PG_RETURN_INT64(lane.skipped);
+	PG_RETURN_INT64(oe_run_step(&stream, &skip_step, &req));
 }

@@ -80,7 +80,7 @@ SELECT functions_are('ordered_events', ARRAY[
     'check_no_cycle', 'check_owner', 'consumer_to_change', 'check_stream_privilege', 'create_stream_as',
     'drop_consumer_as', 'drop_stream_as', 'grant_stream_as', 'may_read_stream',
     'revoke_stream_as', 'subscribe_as', 'unsubscribe_as', 'check_not_in_step',
-    'lock_subscriptions', 'retention_cutoff'],
+    'lock_subscriptions', 'retention_cutoff', 'gap_expired', 'released_end'],
     'schema ordered_events has exactly the functions of 0.3');
 SELECT tables_are('ordered_events', ARRAY[
     'unprocessed',

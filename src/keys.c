@@ -1,0 +1,76 @@
+/*-------------------------------------------------------------------------
+ *
+ * keys.c
+ *	  Event keys: their limit, the lane a key's event goes to, and the hash
+ *	  that picks a key's consumer partition (key_partition()).
+ *
+ * No state but the one empty lane text; no locks.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "ordered_events.h"
+
+#include "catalog/pg_collation.h"
+#include "common/hashfn.h"
+#include "utils/builtins.h"
+#include "utils/memutils.h"
+
+/* Fail unless the key fits; seq, if known, goes into the detail. */
+void
+oe_check_key(const OeStream *stream, text *key, const int64 *seq)
+{
+	if (VARSIZE_ANY_EXHDR(key) > OE_MAX_KEY_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
+				 errmsg("key of %zu bytes is too long", VARSIZE_ANY_EXHDR(key)),
+				 seq ? errdetail("Stream \"%s\", seq " INT64_FORMAT ".", stream->name, *seq)
+				 : errdetail("Stream \"%s\".", stream->name),
+				 errhint("A key has at most %d bytes; use a hash of a longer identifier.",
+						 OE_MAX_KEY_BYTES)));
+}
+
+/* The lane of an event of the stream with this key: '' or the key. */
+text *
+oe_lane_of(const OeStream *stream, text *key)
+{
+	static text *global_lane = NULL;
+
+	if (stream->per_key)
+		return key;
+	if (global_lane == NULL)
+	{
+		global_lane = (text *) MemoryContextAlloc(TopMemoryContext, VARHDRSZ);
+		SET_VARSIZE(global_lane, VARHDRSZ);
+	}
+	return global_lane;
+}
+
+/* The hash key_partition() takes a key's partition from. */
+uint64
+oe_key_hash(text *key)
+{
+	return (uint64) DatumGetInt64(DirectFunctionCall2Coll(hashtextextended, C_COLLATION_OID,
+														  PointerGetDatum(key),
+														  Int64GetDatum(0)))
+		& (uint64) PG_INT64_MAX;
+}
+
+/*
+ * key_partition(key text, partitions integer) returns integer
+ */
+PG_FUNCTION_INFO_V1(oe_key_partition);
+Datum
+oe_key_partition(PG_FUNCTION_ARGS)
+{
+	int32		partitions;
+
+	oe_check_not_null(fcinfo, 0, "key");
+	oe_check_not_null(fcinfo, 1, "partitions");
+	partitions = PG_GETARG_INT32(1);
+	if (partitions < 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid value for partitions: %d", partitions),
+				 errhint("Use a positive number of partitions.")));
+	PG_RETURN_INT32(oe_partition_of(oe_key_hash(PG_GETARG_TEXT_PP(0)), partitions));
+}
