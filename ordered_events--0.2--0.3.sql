@@ -1634,3 +1634,6 @@ REVOKE EXECUTE ON FUNCTION
     ordered_events.gap_expired(timestamptz, interval, timestamptz),
     ordered_events.released_end(integer, text, bigint)
 FROM PUBLIC;
+
+-- The PL/pgSQL compaction's run type has no user left.
+DROP TYPE ordered_events.compacted_run;

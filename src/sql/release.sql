@@ -126,6 +126,22 @@ AS 'MODULE_PATHNAME', 'oe_skip_gap';
 COMMENT ON FUNCTION ordered_events.skip_gap(text, bigint, text, text) IS
     'Declare every missing seq up to through_seq lost, record it, and release what that unblocks';
 REVOKE EXECUTE ON FUNCTION ordered_events.skip_gap(text,bigint,text,text) FROM PUBLIC;
+
+/*
+ * The gap-timeout test, once: a gap first seen at first_seen has timed out
+ * at "at" when first_seen + gap_timeout <= at (timestamptz + interval: a
+ * month is a calendar month, a day a calendar day).  The release step
+ * calls the same C function (src/gap_policy.c, oe_gap_expired()).
+ */
+CREATE FUNCTION ordered_events.gap_expired(first_seen timestamptz, gap_timeout interval,
+                                           at timestamptz)
+RETURNS boolean
+LANGUAGE c STABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'oe_gap_expired_sql';
+COMMENT ON FUNCTION ordered_events.gap_expired(timestamptz, interval, timestamptz) IS
+    'Internal: whether a gap first seen at first_seen has been missing for gap_timeout at "at"';
+REVOKE EXECUTE ON FUNCTION ordered_events.gap_expired(timestamptz,interval,timestamptz) FROM PUBLIC;
+
 -- The streams a worker cycle should step: something to release, a gap no
 -- step has seen, a policy that may skip, or late events to settle.  The
 -- stream whose oldest such thing waited longest comes first.  The clock is
@@ -143,7 +159,8 @@ SELECT d.stream
         (SELECT e.seq = p.range_end
                 OR p.gap_start IS DISTINCT FROM p.range_end
                 OR d.gap_policy = 'fence'
-                OR p.gap_first_seen + d.gap_timeout <= pg_catalog.clock_timestamp() AS needed,
+                OR ordered_events.gap_expired(p.gap_first_seen, d.gap_timeout,
+                                              pg_catalog.clock_timestamp()) AS needed,
                 e.received_at AS since
            FROM ordered_events.event_store e
           WHERE d.sequencing = 'global' AND NOT d.sharded
@@ -155,11 +172,13 @@ SELECT d.stream
           WHERE d.sequencing = 'per_key' AND a.stream_id = d.stream_id
           ORDER BY a.arrived_at LIMIT 1)
         UNION ALL
-        (SELECT true, k.gap_first_seen
+        -- the oldest gap of a per-key stream: if it has not timed out, no
+        -- younger one has (src/release.c, PLAN_EXPIRED_LANES)
+        (SELECT ordered_events.gap_expired(k.gap_first_seen, d.gap_timeout,
+                                           pg_catalog.clock_timestamp()), k.gap_first_seen
            FROM ordered_events.progress k
           WHERE d.gap_policy = 'timeout' AND d.sequencing = 'per_key'
             AND k.stream_id = d.stream_id AND k.gap_start IS NOT NULL
-            AND k.gap_first_seen <= pg_catalog.clock_timestamp() - d.gap_timeout
           ORDER BY k.gap_first_seen LIMIT 1)
         UNION ALL
         (SELECT true, g.skipped_at

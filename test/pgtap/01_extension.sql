@@ -101,8 +101,7 @@ SELECT sequences_are('ordered_events', ARRAY['stream_id_seq', 'arrival_seq', 'co
 
 -- The types of the schema: the enums and the handlers' composite types
 -- (the row types of the tables and views are not counted).
-SELECT types_are('ordered_events', ARRAY['outcome', 'sequencing', 'gap_policy', 'event', 'step',
-    'compacted_run'],
+SELECT types_are('ordered_events', ARRAY['outcome', 'sequencing', 'gap_policy', 'event', 'step'],
     'schema ordered_events has exactly the types of 0.3');
 
 -- outcome: the labels of the contract, in order.
