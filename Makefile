@@ -2,9 +2,7 @@
 # against a running server; `make test` and `make demo` do everything on a
 # fresh Debian machine (see README.md).
 
-# ordered_events, and the router of a stream sharded over several servers
-# (README.md, "Sharding"), a plain SQL extension over PL/Proxy.
-EXTENSION = ordered_events ordered_events_router
+EXTENSION = ordered_events
 EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" ordered_events.control)
 
 MODULE_big = ordered_events
@@ -30,7 +28,7 @@ OBJS = \
 	src/worker.o
 PG_CPPFLAGS = -DOE_LIBRARY_VERSION='"$(EXTVERSION)"'
 
-DATA = $(sort $(wildcard ordered_events--*.sql ordered_events_router--*.sql))
+DATA = $(sort $(wildcard ordered_events--*.sql))
 PGFILEDESC = "ordered_events - ordered, exactly-once release of sequenced events"
 
 REGRESS = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))
@@ -54,6 +52,18 @@ endif
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+
+# The router of streams sharded over several servers, an extension of its
+# own in router/ (plain SQL over PL/Proxy): built, installed, tested and
+# cleaned with this one.
+.PHONY: router-all router-install router-uninstall router-installcheck router-clean
+all: router-all
+install: router-install
+uninstall: router-uninstall
+installcheck: router-installcheck
+clean: router-clean
+router-all router-install router-uninstall router-installcheck router-clean:
+	$(MAKE) -C router PG_CONFIG=$(PG_CONFIG) $(patsubst router-%,%,$@)
 
 # Every module includes the one internal header.
 $(OBJS): src/ordered_events.h
