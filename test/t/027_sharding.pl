@@ -30,7 +30,8 @@
 # - The router's registration with the worker of ordered_events: a
 #   failing combine step shows in worker_status and the log, and clears;
 #   after DROP EXTENSION ordered_events_router the worker goes on without
-#   an error; the router made again is called again.
+#   an error; the router made again is called again; a dump restored
+#   registers it again.
 
 use strict;
 use warnings;
@@ -730,6 +731,19 @@ is(ingest_seqs('again', 1, 3, 1, 2), join("\n", ('accepted') x 3),
 	'hook: 1..3 of a new stream accepted through the router made again');
 wait_range_end('again', 4, 'hook: the router made again is called: its range reaches 4');
 is(router_status('last_error'), '', 'hook: no error');
+
+# The registration is not dumped: restored, the router's CREATE EXTENSION
+# makes it again.
+my $dump = "$session_dir/router.dump";
+command_ok([ 'pg_dump', '-Fc', '-f', $dump, '-d', $router->connstr('postgres') ],
+	'hook: the router database dumps');
+router_sql('CREATE DATABASE restored');
+command_ok([ 'pg_restore', '--exit-on-error', '-d', $router->connstr('restored'), $dump ],
+	'hook: and restores');
+is( $router->safe_psql('restored', q{
+		SELECT string_agg(hook || ' ' || extension, ',') FROM ordered_events.cycle_hooks()}),
+	'ordered_events_router.combine_all() ordered_events_router',
+	'hook: the restored router is registered, once');
 
 $_->stop for $router, $single, @shards;
 done_testing();
