@@ -2,9 +2,7 @@
 # against a running server; `make test` and `make demo` do everything on a
 # fresh Debian machine (see README.md).
 
-# ordered_events, and the router of a stream sharded over several servers
-# (README.md, "Sharding"), a plain SQL extension over PL/Proxy.
-EXTENSION = ordered_events ordered_events_router
+EXTENSION = ordered_events
 EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" ordered_events.control)
 
 MODULE_big = ordered_events
@@ -37,10 +35,10 @@ PG_CPPFLAGS = -DOE_LIBRARY_VERSION='"$(EXTVERSION)"'
 # The install script of the current version is built from the schema's
 # source files, by concern, in this order; the update scripts are frozen
 # once released.
-SCHEMA = streams privileges ingest release consumers handlers retention monitoring shard
+SCHEMA = streams privileges ingest release consumers handlers retention worker monitoring shard
 CURRENT_SCRIPT = ordered_events--$(EXTVERSION).sql
 DATA_built = $(CURRENT_SCRIPT)
-DATA = $(filter-out $(CURRENT_SCRIPT),$(sort $(wildcard ordered_events--*.sql ordered_events_router--*.sql)))
+DATA = $(filter-out $(CURRENT_SCRIPT),$(sort $(wildcard ordered_events--*.sql)))
 PGFILEDESC = "ordered_events - ordered, exactly-once release of sequenced events"
 
 REGRESS = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))
@@ -71,6 +69,18 @@ $(CURRENT_SCRIPT): $(SCHEMA:%=src/sql/%.sql)
 	    '-- Functions may name objects of a later file (CREATE EXTENSION resets this).' \
 	    'SET check_function_bodies = false;'; \
 	  for f in $^; do printf '\n/* ---- %s ---- */\n\n' "$$f"; cat "$$f"; done; } > $@
+
+# The router of streams sharded over several servers, an extension of its
+# own in router/ (plain SQL over PL/Proxy): built, installed, tested and
+# cleaned with this one.
+.PHONY: router-all router-install router-uninstall router-installcheck router-clean
+all: router-all
+install: router-install
+uninstall: router-uninstall
+installcheck: router-installcheck
+clean: router-clean
+router-all router-install router-uninstall router-installcheck router-clean:
+	$(MAKE) -C router PG_CONFIG=$(PG_CONFIG) $(patsubst router-%,%,$@)
 
 # Every module includes the one internal header.
 $(OBJS): src/ordered_events.h

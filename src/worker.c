@@ -20,8 +20,9 @@
  * with events to apply, each in its own transaction, so events released by
  * the cycle are applied in the same cycle.  Last, it compacts every stream
  * with released events to count or events to delete (compact_stream() in
- * the install script), a batch per transaction, and in a router database
- * (ordered_events_router) runs a combine step of its sharded streams.  An
+ * the install script), a batch per transaction, and calls the cycle hooks
+ * that other extensions registered (ordered_events.cycle_hook: a router's
+ * combine step of its sharded streams), each in its own transaction.  An
  * error in one stream or partition is caught, logged once, shown in
  * worker_status while it lasts, and the cycle goes on.
  * A database without the extension is checked quietly every naptime.
@@ -58,7 +59,6 @@
 #include "catalog/pg_database.h"
 #include "catalog/pg_extension.h"
 #include "commands/dbcommands.h"
-#include "commands/extension.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "pgstat.h"
@@ -223,6 +223,36 @@ worker_running(int slotno)
 		GetBackgroundWorkerPid(handles[slotno], &pid) != BGWH_STOPPED;
 }
 
+/*
+ * The OIDs of the databases named (InvalidOid for one not created yet), at
+ * most OE_MAX_DATABASES, and whether each is being dropped; returns how
+ * many.
+ */
+static int
+served_databases(List *names, Oid *oids, bool *dropping)
+{
+	int			n = 0;
+	ListCell   *lc;
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	foreach(lc, names)
+	{
+		if (n == OE_MAX_DATABASES)
+		{
+			ereport(WARNING,
+					(errmsg("ordered_events serves at most %d databases", OE_MAX_DATABASES),
+					 errhint("Shorten ordered_events.databases.")));
+			break;
+		}
+		oids[n] = database_oid(lfirst(lc));
+		dropping[n] = OidIsValid(oids[n]) && database_is_being_dropped(oids[n]);
+		n++;
+	}
+	CommitTransactionCommand();
+	return n;
+}
+
 /* Bring the running workers in line with ordered_events.databases. */
 static void
 reconcile_workers(void)
@@ -233,8 +263,7 @@ reconcile_workers(void)
 	bool		dropping[OE_MAX_DATABASES];
 	int			freed[OE_MAX_DATABASES];
 	int			nfreed;
-	int			nnames = 0;
-	ListCell   *lc;
+	int			nnames;
 
 	if (!SplitGUCList(raw, ',', &names))
 	{
@@ -245,24 +274,7 @@ reconcile_workers(void)
 		names = NIL;
 	}
 
-	SetCurrentStatementStartTimestamp();
-	StartTransactionCommand();
-	foreach(lc, names)
-	{
-		if (nnames == OE_MAX_DATABASES)
-		{
-			ereport(WARNING,
-					(errmsg("ordered_events serves at most %d databases", OE_MAX_DATABASES),
-					 errhint("Shorten ordered_events.databases.")));
-			break;
-		}
-		oids[nnames] = database_oid(lfirst(lc));
-		dropping[nnames] = OidIsValid(oids[nnames]) &&
-			database_is_being_dropped(oids[nnames]);
-		nnames++;
-	}
-	CommitTransactionCommand();
-
+	nnames = served_databases(names, oids, dropping);
 	oe_lock_slots();
 
 	/* Stop the workers of databases no longer served. */
@@ -425,9 +437,6 @@ work_failed(const char *what, const char *unit, MemoryContext cycle_context)
 	FreeErrorData(edata);
 }
 
-/* Whether this database has ordered_events_router, as a listing last saw. */
-static bool router_installed = false;
-
 /* The memory context that was current when a unit of work began. */
 static MemoryContext work_caller_context = NULL;
 
@@ -459,6 +468,13 @@ end_work(void)
 	MemoryContextSwitchTo(work_caller_context);
 }
 
+/* What a cycle's steps added up, for worker_status. */
+typedef struct CycleTotals
+{
+	int64		released;
+	int64		processed;
+} CycleTotals;
+
 static OePlan lock_stream_plan = {
 	"SELECT FROM ordered_events.stream_def WHERE stream_id = $1 "
 	"FOR NO KEY UPDATE SKIP LOCKED",
@@ -488,36 +504,40 @@ lock_stream_nowait(const OeStream *stream)
 }
 
 /*
- * One release step for one stream in its own transaction.  Returns the
- * number released (0 if another transaction holds the stream's lock), or
- * -1 after an error, which is logged when the stream starts failing and
- * recorded in worker_status.  *full is set if the step released a whole
- * batch: the stream may have more.
+ * One release step for one stream (unit: its name) in its own transaction.
+ * Another transaction holding the stream's lock leaves it to the next
+ * cycle; an error is logged when the stream starts failing and recorded in
+ * worker_status.  Returns true if the step released a whole batch: the
+ * stream may have more.
  */
-static int64
-release_one(const char *name, MemoryContext cycle_context, bool *full)
+static bool
+release_step(void *unit, CycleTotals *totals, MemoryContext cycle_context)
 {
+	const char *name = unit;
 	char	   *what = psprintf("release stream \"%s\"", name);
-	int64		released = -1;
+	int64		released = 0;
+	bool		full = false;
 
-	*full = false;
+	oe_slot_set_current(name, NULL);
 	PG_TRY();
 	{
 		OeStream	stream;
 
 		released = begin_work() && oe_lookup_stream(name, &stream) &&
 			lock_stream_nowait(&stream) ? oe_release_stream(&stream) : 0;
-		*full = released > 0 && released >= stream.max_release_batch;
+		full = released > 0 && released >= stream.max_release_batch;
 		end_work();
 		note_failing(what, false);
 	}
 	PG_CATCH();
 	{
 		work_failed(what, psprintf("stream %s", name), cycle_context);
-		released = -1;
+		released = 0;
+		full = false;
 	}
 	PG_END_TRY();
-	return released;
+	totals->released += released;
+	return full;
 }
 
 static OePlan compact_plan = {
@@ -527,16 +547,18 @@ static OePlan compact_plan = {
 
 /*
  * One batch of compaction (counting and retention, see compact_stream() in
- * the install scripts) for one stream in its own transaction, like
- * release_one(), also in leaving a stream whose lock is held to the next
- * cycle.  Returns true if the stream may have more.
+ * the install scripts) for one stream (unit: its name) in its own
+ * transaction, like release_step(), also in leaving a stream whose lock is
+ * held to the next cycle.  Returns true if the stream may have more.
  */
 static bool
-compact_one(const char *name, MemoryContext cycle_context)
+compact_step(void *unit, CycleTotals *totals, MemoryContext cycle_context)
 {
+	const char *name = unit;
 	char	   *what = psprintf("compact stream \"%s\"", name);
 	bool		more = false;
 
+	oe_slot_set_current(name, NULL);
 	PG_TRY();
 	{
 		OeStream	stream;
@@ -564,52 +586,6 @@ compact_one(const char *name, MemoryContext cycle_context)
 	return more;
 }
 
-/*
- * In a router database (extension ordered_events_router): one combine step
- * of every sharded global stream, in its own transaction.  Returns true if
- * a range moved: the shards may have more.
- */
-static bool
-combine_router_streams(MemoryContext cycle_context)
-{
-	const char *what = "combine the router's streams";
-	bool		moved = false;
-
-	if (!router_installed)
-		return false;			/* as the cycle's listing saw it: no transaction */
-	PG_TRY();
-	{
-		if (begin_work() && OidIsValid(get_extension_oid("ordered_events_router", true)))
-		{
-			OeInternalScope scope;
-			bool		isnull;
-
-			oe_internal_begin(&scope, oe_relations()->owner);
-			if (SPI_execute("SELECT ordered_events_router.combine_all()", false, 0) != SPI_OK_SELECT)
-				elog(ERROR, "combining the router's streams failed");
-			moved = DatumGetInt64(oe_result(0, 1, &isnull)) > 0;
-			oe_internal_end(&scope);
-		}
-		end_work();
-		note_failing(what, false);
-	}
-	PG_CATCH();
-	{
-		work_failed(what, "router", cycle_context);
-		moved = false;
-	}
-	PG_END_TRY();
-	return moved;
-}
-
-/* Whether a commit set the latch since it was last reset; does not wait. */
-static bool
-latch_is_set(void)
-{
-	return (WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 0,
-					  PG_WAIT_EXTENSION) & WL_LATCH_SET) != 0;
-}
-
 /* A handler consumer's partition with events to apply. */
 typedef struct ConsumerPartition
 {
@@ -618,19 +594,21 @@ typedef struct ConsumerPartition
 } ConsumerPartition;
 
 /*
- * One processing step for a partition of a handler consumer, in its own
- * transaction, like release_one().  A partition that another transaction
- * holds (a process() by hand) is left to the next cycle without waiting.
- * Returns the number of events applied (0 after an error); a whole batch
- * means the partition may have more.
+ * One processing step for a partition of a handler consumer (unit: a
+ * ConsumerPartition), in its own transaction, like release_step().  A
+ * partition that another transaction holds (a process() by hand) is left
+ * to the next cycle without waiting.  Returns true if it applied a whole
+ * batch: the partition may have more.
  */
-static int64
-process_one(const ConsumerPartition *cp, MemoryContext cycle_context)
+static bool
+process_step(void *unit, CycleTotals *totals, MemoryContext cycle_context)
 {
+	const ConsumerPartition *cp = unit;
 	char	   *what = psprintf("process consumer \"%s\" partition %d",
 								cp->consumer, cp->partition);
 	int64		applied = 0;
 
+	oe_slot_set_current(NULL, cp->consumer);
 	PG_TRY();
 	{
 		if (begin_work() && oe_consumer_lock_nowait(cp->consumer, cp->partition))
@@ -644,21 +622,85 @@ process_one(const ConsumerPartition *cp, MemoryContext cycle_context)
 		applied = 0;
 	}
 	PG_END_TRY();
-	return applied;
+	totals->processed += applied;
+	return applied >= OE_PROCESS_BATCH;
 }
 
+static OePlan hook_call_plan = {
+	"SELECT call FROM ordered_events.cycle_hooks() WHERE hook OPERATOR(pg_catalog.=) $1",
+	1, {TEXTOID}
+};
+
 /*
- * The handler consumers' partitions with events to apply (see
- * consumers_with_work() in the install script), in cycle_context.
+ * One call of a cycle hook that another extension registered (unit: the
+ * hook's name, see ordered_events.cycle_hooks()), in its own transaction
+ * as the extension's owner, like release_step().  The hook is looked up
+ * again: its extension may have been dropped since the listing.  Returns
+ * true if the hook did something (its result is positive): it may have
+ * more, which the next cycle calls for at once.
  */
-static List *
-consumers_with_work(MemoryContext cycle_context)
+static bool
+hook_step(void *unit, CycleTotals *totals, MemoryContext cycle_context)
 {
-	List	   *partitions = NIL;
+	const char *hook = unit;
+	char	   *what = psprintf("run the cycle hook %s", hook);
+	bool		more = false;
 
 	PG_TRY();
 	{
 		if (begin_work())
+		{
+			Datum		name = CStringGetTextDatum(hook);
+			OeInternalScope scope;
+			bool		isnull;
+
+			oe_internal_begin(&scope, oe_relations()->owner);
+			oe_run_plan(&hook_call_plan, &name, NULL, SPI_OK_SELECT);
+			if (SPI_processed == 1)
+			{
+				char	   *call = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+
+				if (SPI_execute(call, false, 0) != SPI_OK_SELECT || SPI_processed != 1)
+					elog(ERROR, "calling the cycle hook %s failed", hook);
+				more = DatumGetInt64(oe_result(0, 1, &isnull)) > 0 && !isnull;
+			}
+			oe_internal_end(&scope);
+		}
+		end_work();
+		note_failing(what, false);
+	}
+	PG_CATCH();
+	{
+		work_failed(what, hook, cycle_context);
+		more = false;
+	}
+	PG_END_TRY();
+	return more;
+}
+
+/* Whether a commit set the latch since it was last reset; does not wait. */
+static bool
+latch_is_set(void)
+{
+	return (WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 0,
+					  PG_WAIT_EXTENSION) & WL_LATCH_SET) != 0;
+}
+
+/*
+ * The handler consumers' partitions with events to apply (see
+ * consumers_with_work() in the install script), in cycle_context, as
+ * ConsumerPartitions.  False if the extension is not installed.
+ */
+static bool
+list_consumers_with_work(MemoryContext cycle_context, List **partitions)
+{
+	bool		installed = false;
+
+	*partitions = NIL;
+	PG_TRY();
+	{
+		installed = begin_work();
+		if (installed)
 		{
 			OeInternalScope scope;
 
@@ -674,7 +716,7 @@ consumers_with_work(MemoryContext cycle_context)
 
 				cp->consumer = TextDatumGetCString(oe_result(i, 1, &isnull));
 				cp->partition = DatumGetInt32(oe_result(i, 2, &isnull));
-				partitions = lappend(partitions, cp);
+				*partitions = lappend(*partitions, cp);
 				MemoryContextSwitchTo(old);
 			}
 			oe_internal_end(&scope);
@@ -685,39 +727,7 @@ consumers_with_work(MemoryContext cycle_context)
 	PG_CATCH();
 	{
 		work_failed("list the consumers with work", "listing consumers", cycle_context);
-		partitions = NIL;
-	}
-	PG_END_TRY();
-	return partitions;
-}
-
-/*
- * The streams a query lists (streams_with_work() or streams_to_compact(),
- * see the install script), in cycle_context; false if the extension is not
- * installed.  An error is recorded like a stream's.
- */
-static bool
-list_streams(const char *query, const char *what, MemoryContext cycle_context,
-			 List **streams)
-{
-	bool		installed = false;
-
-	*streams = NIL;
-	PG_TRY();
-	{
-		installed = begin_work();
-		if (installed)
-		{
-			check_extension_version();
-			*streams = oe_stream_names(query, cycle_context);
-			router_installed = OidIsValid(get_extension_oid("ordered_events_router", true));
-		}
-		end_work();
-		note_failing(what, false);
-	}
-	PG_CATCH();
-	{
-		work_failed(what, "listing streams", cycle_context);
+		*partitions = NIL;
 		installed = true;
 	}
 	PG_END_TRY();
@@ -725,117 +735,173 @@ list_streams(const char *query, const char *what, MemoryContext cycle_context,
 }
 
 /*
- * One cycle: a release step for every stream with work, then more rounds of
- * one step each for the streams whose step filled its batch, until none is
- * left or a commit sets the latch (new work may wait elsewhere: the next
- * cycle looks first).  Then the same for the handler consumers' partitions
- * with events to apply: what was just released is processed in the same
- * cycle; and for the streams to compact.  In a router database, last, a
- * combine step of its sharded streams.  Returns true if some stream or
- * partition may have more work right away.
+ * The names a query lists (streams or cycle hooks, see the install
+ * script), in cycle_context; false if the extension is not installed.  An
+ * error is recorded like a unit's, "unit" naming the listing in
+ * worker_status.
+ */
+static bool
+list_names(const char *query, const char *what, const char *unit,
+		   MemoryContext cycle_context, List **names)
+{
+	bool		installed = false;
+
+	*names = NIL;
+	PG_TRY();
+	{
+		installed = begin_work();
+		if (installed)
+		{
+			check_extension_version();
+			*names = oe_stream_names(query, cycle_context);
+		}
+		end_work();
+		note_failing(what, false);
+	}
+	PG_CATCH();
+	{
+		work_failed(what, unit, cycle_context);
+		*names = NIL;
+		installed = true;
+	}
+	PG_END_TRY();
+	return installed;
+}
+
+static bool
+list_streams_with_work(MemoryContext cycle_context, List **streams)
+{
+	return list_names("SELECT stream FROM ordered_events.streams_with_work()",
+					  "list the streams with work", "listing streams", cycle_context, streams);
+}
+
+static bool
+list_streams_to_compact(MemoryContext cycle_context, List **streams)
+{
+	return list_names("SELECT stream FROM ordered_events.streams_to_compact()",
+					  "list the streams to compact", "listing streams", cycle_context, streams);
+}
+
+static bool
+list_cycle_hooks(MemoryContext cycle_context, List **hooks)
+{
+	return list_names("SELECT hook FROM ordered_events.cycle_hooks()",
+					  "list the cycle hooks", "listing cycle hooks", cycle_context, hooks);
+}
+
+/*
+ * A phase of the cycle: its units of work, listed in a transaction of
+ * their own (false if the extension is not installed), and one step of a
+ * unit, in a transaction of its own (true if the unit may have more).
+ */
+typedef struct WorkerPhase
+{
+	const char *state;			/* worker_status state while it runs */
+	bool		(*list_units) (MemoryContext cycle_context, List **units);
+	bool		(*run_step) (void *unit, CycleTotals *totals, MemoryContext cycle_context);
+	bool		one_round;		/* a unit with more waits for the next cycle */
+} WorkerPhase;
+
+/*
+ * Release first; then apply what was just released, in the same cycle;
+ * then count and delete; last, the hooks of other extensions (a router's
+ * combine step polls its shards once a cycle).
+ */
+static const WorkerPhase phases[] = {
+	{"releasing", list_streams_with_work, release_step, false},
+	{"processing", list_consumers_with_work, process_step, false},
+	{"compacting", list_streams_to_compact, compact_step, false},
+	{"combining", list_cycle_hooks, hook_step, true},
+};
+
+/*
+ * Run a phase over its units: a step of each, then more rounds of one step
+ * each for the units that may have more, until none is left or a commit
+ * sets the latch (new work may wait elsewhere: the next cycle looks
+ * first).  A one_round phase leaves its units with more to the next cycle.
+ * Returns true if some unit may have more work right away.
+ */
+static bool
+run_phase(const WorkerPhase *phase, List *units, CycleTotals *totals,
+		  MemoryContext cycle_context)
+{
+	while (units != NIL)
+	{
+		List	   *busy = NIL;
+		ListCell   *lc;
+
+		foreach(lc, units)
+		{
+			CHECK_FOR_INTERRUPTS();
+			if (phase->run_step(lfirst(lc), totals, cycle_context))
+				busy = lappend(busy, lfirst(lc));
+		}
+		units = busy;
+		if (units != NIL && (phase->one_round || latch_is_set()))
+			return true;
+	}
+	return false;
+}
+
+/*
+ * One cycle: every phase in turn, each even when a commit cut the one
+ * before short.  Returns true if some unit may have more work right away.
  */
 static bool
 run_cycle(MemoryContext cycle_context)
 {
-	List	   *streams;
-	List	   *partitions;
-	ListCell   *lc;
-	bool		more = false;
-	int64		released_total = 0;
-	int64		processed_total = 0;
+	CycleTotals totals = {0, 0};
 	TimestampTz started = GetCurrentTimestamp();
+	bool		more = false;
 
-	if (!list_streams("SELECT stream FROM ordered_events.streams_with_work()",
-					  "list the streams with work", cycle_context, &streams))
+	for (int i = 0; i < lengthof(phases); i++)
 	{
-		oe_slot_set_state("waiting for extension");
-		return false;
-	}
+		List	   *units;
 
-	oe_slot_set_state("releasing");
-	while (streams != NIL)
-	{
-		List	   *busy = NIL;
-
-		foreach(lc, streams)
+		if (!phases[i].list_units(cycle_context, &units) && i == 0)
 		{
-			bool		full;
-			int64		released;
-
-			CHECK_FOR_INTERRUPTS();
-			oe_slot_set_current(lfirst(lc), NULL);
-			released = release_one(lfirst(lc), cycle_context, &full);
-			released_total += Max(released, 0);
-			if (full)
-				busy = lappend(busy, lfirst(lc));
+			oe_slot_set_state("waiting for extension");
+			return false;
 		}
-		streams = busy;
-		if (streams != NIL && latch_is_set())
-		{
+		oe_slot_set_state(phases[i].state);
+		oe_slot_set_current(NULL, NULL);
+		if (run_phase(&phases[i], units, &totals, cycle_context))
 			more = true;
-			break;
-		}
 	}
-
-	/* Processing goes on even when a commit cut the releasing short. */
-	oe_slot_set_state("processing");
-	partitions = consumers_with_work(cycle_context);
-	while (partitions != NIL)
-	{
-		List	   *busy = NIL;
-
-		foreach(lc, partitions)
-		{
-			ConsumerPartition *cp = lfirst(lc);
-			int64		applied;
-
-			CHECK_FOR_INTERRUPTS();
-			oe_slot_set_current(NULL, cp->consumer);
-			applied = process_one(cp, cycle_context);
-			processed_total += applied;
-			if (applied >= OE_PROCESS_BATCH)
-				busy = lappend(busy, cp);
-		}
-		partitions = busy;
-		if (partitions != NIL && latch_is_set())
-		{
-			more = true;
-			break;
-		}
-	}
-
-	/* Then counting and retention, each stream's batches in turn. */
-	oe_slot_set_state("compacting");
-	list_streams("SELECT stream FROM ordered_events.streams_to_compact()",
-				 "list the streams to compact", cycle_context, &streams);
-	while (streams != NIL)
-	{
-		List	   *busy = NIL;
-
-		foreach(lc, streams)
-		{
-			CHECK_FOR_INTERRUPTS();
-			oe_slot_set_current(lfirst(lc), NULL);
-			if (compact_one(lfirst(lc), cycle_context))
-				busy = lappend(busy, lfirst(lc));
-		}
-		streams = busy;
-		if (streams != NIL && latch_is_set())
-		{
-			more = true;
-			break;
-		}
-	}
-
-	/* A router polls its shards every cycle; a moved range may go on. */
-	oe_slot_set_state("combining");
-	oe_slot_set_current(NULL, NULL);
-	if (combine_router_streams(cycle_context))
-		more = true;
-
-	oe_slot_count_cycle(released_total, processed_total, started);
+	oe_slot_count_cycle(totals.released, totals.processed, started);
 	oe_slot_set_state("idle");
 	return more;
+}
+
+/*
+ * The database worker's own settings, as a session's SET makes them: a
+ * reload does not undo them, and a nested level (a handler call, see
+ * handler.c) may change them and get them back, which it cannot do over
+ * PGC_S_OVERRIDE.
+ */
+static void
+set_worker_session(void)
+{
+	SetConfigOption("lock_timeout", OE_WORKER_LOCK_TIMEOUT, PGC_SUSET, PGC_S_SESSION);
+	/* Runs as superuser: no object of public or pg_temp may be chosen. */
+	SetConfigOption("search_path", oe_safe_search_path, PGC_SUSET, PGC_S_SESSION);
+
+	/*
+	 * Every unit of work reads the latest committed state after its locks,
+	 * whatever the database's or the server's default: a compaction under
+	 * an older snapshot would miss a new subscription (see compact_stream()
+	 * in ordered_events--0.2--0.3.sql), and REPEATABLE READ fails with
+	 * 40001 where a row changed since the snapshot.
+	 */
+	SetConfigOption("default_transaction_isolation", "read committed",
+					PGC_SUSET, PGC_S_SESSION);
+
+	/*
+	 * Its queries are short index lookups; JIT would only load LLVM into
+	 * the worker (figure 7 saw 60 MB once a plan's cost estimate crossed
+	 * jit_above_cost).
+	 */
+	SetConfigOption("jit", "off", PGC_SUSET, PGC_S_SESSION);
 }
 
 /*
@@ -859,31 +925,7 @@ oe_database_worker_main(Datum arg)
 	BackgroundWorkerInitializeConnection(my_slot->dbname, NULL, 0);
 	pgstat_report_appname("ordered_events worker");
 
-	/*
-	 * Settings as a session's SET makes them: a reload does not undo them,
-	 * and a nested level (a handler call, see handler.c) may change them and
-	 * get them back, which it cannot do over PGC_S_OVERRIDE.
-	 */
-	SetConfigOption("lock_timeout", OE_WORKER_LOCK_TIMEOUT, PGC_SUSET, PGC_S_SESSION);
-	/* Runs as superuser: no object of public or pg_temp may be chosen. */
-	SetConfigOption("search_path", oe_safe_search_path, PGC_SUSET, PGC_S_SESSION);
-
-	/*
-	 * Every unit of work reads the latest committed state after its locks,
-	 * whatever the database's or the server's default: a compaction under
-	 * an older snapshot would miss a new subscription (see compact_stream()
-	 * in ordered_events--0.2--0.3.sql), and REPEATABLE READ fails with
-	 * 40001 where a row changed since the snapshot.
-	 */
-	SetConfigOption("default_transaction_isolation", "read committed",
-					PGC_SUSET, PGC_S_SESSION);
-
-	/*
-	 * Its queries are short index lookups; JIT would only load LLVM into
-	 * the worker (figure 7 saw 60 MB once a plan's cost estimate crossed
-	 * jit_above_cost).
-	 */
-	SetConfigOption("jit", "off", PGC_SUSET, PGC_S_SESSION);
+	set_worker_session();
 	ereport(LOG,
 			(errmsg("ordered_events worker started for database \"%s\"", my_slot->dbname)));
 

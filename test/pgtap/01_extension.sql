@@ -70,7 +70,8 @@ SELECT functions_are('ordered_events', ARRAY[
     -- internal
     'blocking_transactions', 'check_handler', 'check_not_null', 'check_release_options',
     'check_retention', 'committed_position', 'compact_stream', 'consumer_or_error',
-    'consumers_with_work', 'count_released', 'define_consumer', 'forget_unused_totals',
+    'consumers_with_work', 'count_released', 'cycle_hooks', 'define_consumer', 'extension_of',
+    'forget_unused_totals', 'register_cycle_hook',
     'kept_released',
     'inbox_insert', 'invalid_option', 'lag_us', 'lock_streams', 'output_stream_or_error',
     'read_here', 'stream_def_changed',
@@ -87,7 +88,7 @@ SELECT tables_are('ordered_events', ARRAY[
     -- internal
     'stream_def', 'event_store', 'progress', 'lane_release_log', 'gap_skips', 'key_arrivals',
     'release_totals', 'consumer_def', 'subscription', 'handler_state', 'handler_result',
-    'key_counters', 'deleted_totals'],
+    'key_counters', 'deleted_totals', 'cycle_hook'],
     'schema ordered_events has exactly the tables of 0.3');
 SELECT views_are('ordered_events', ARRAY[
     'streams', 'inbox', 'released', 'pending', 'ranges', 'key_status', 'stream_stats',

@@ -27,6 +27,11 @@
 # - A shard's postmaster killed (SIGKILL) while two sessions ingest: nothing
 #   committed is lost; every event whose ingest returned 'accepted' is
 #   released once, and the failed ones, sent again, complete the range.
+# - The router's registration with the worker of ordered_events: a
+#   failing combine step shows in worker_status and the log, and clears;
+#   after DROP EXTENSION ordered_events_router the worker goes on without
+#   an error; the router made again is called again; a dump restored
+#   registers it again.
 
 use strict;
 use warnings;
@@ -678,6 +683,67 @@ is( join(',', on_shards(q{
 is( router_sql(q{SELECT count(*) FROM ordered_events_router.skip WHERE stream = 'c'}) . '/'
 	  . join(',', on_shards(q{SELECT count(*) FROM ordered_events.skipped_gaps WHERE stream = 'c'})),
 	'0/0,0,0,0', 'crash: nothing skipped');
+
+#
+# 6. The worker of ordered_events runs the router through its registration
+#    (a cycle hook, router/README.md): the hook's error shows in
+#    worker_status and clears; after DROP EXTENSION the worker goes on
+#    without it, and calls the router made again.
+#
+sub router_status
+{
+	return router_sql("SELECT $_[0] FROM ordered_events.worker_status WHERE database = 'postgres'");
+}
+is(router_sql(q{SELECT hook FROM ordered_events.cycle_hooks()}),
+	'ordered_events_router.combine_all()', 'hook: the router registered combine_all()');
+is(router_status('last_error'), '', 'hook: no error so far');
+
+# A session holds the router's row of stream c: the combine step waits for
+# it past the worker's lock_timeout, and fails.
+my $log_offset = -s $router->logfile;
+my $holder = $router->background_psql('postgres');
+$holder->query_safe('BEGIN');
+$holder->query_safe(q{SELECT FROM ordered_events_router.stream WHERE stream = 'c' FOR UPDATE});
+ok( $router->poll_query_until('postgres', q{
+	SELECT last_error LIKE 'ordered_events_router.combine_all(): %lock timeout%'
+	  FROM ordered_events.worker_status WHERE database = 'postgres'}),
+	'hook: its error shows in worker_status, under the hook\'s name');
+$holder->query_safe('COMMIT');
+$holder->quit;
+ok( $router->poll_query_until('postgres', q{
+	SELECT last_error IS NULL FROM ordered_events.worker_status WHERE database = 'postgres'}),
+	'hook: the error clears once a combine step succeeds again');
+like( slurp_file($router->logfile, $log_offset),
+	qr/LOG:  ordered_events could not run the cycle hook ordered_events_router\.combine_all\(\): .*lock timeout/,
+	'hook: the error was logged');
+
+router_sql('DROP EXTENSION ordered_events_router');
+wait_router_cycles(3);
+is( router_status(q{last_error IS NULL}) . '/'
+	  . router_sql(q{SELECT count(*) FROM ordered_events.cycle_hooks()}),
+	't/0', 'hook: dropped, the router is not called, and nothing fails');
+router_sql(q{
+	SET client_min_messages = warning;
+	CREATE EXTENSION ordered_events_router;
+	SELECT ordered_events_router.create_stream('again');
+});
+is(ingest_seqs('again', 1, 3, 1, 2), join("\n", ('accepted') x 3),
+	'hook: 1..3 of a new stream accepted through the router made again');
+wait_range_end('again', 4, 'hook: the router made again is called: its range reaches 4');
+is(router_status('last_error'), '', 'hook: no error');
+
+# The registration is not dumped: restored, the router's CREATE EXTENSION
+# makes it again.
+my $dump = "$session_dir/router.dump";
+command_ok([ 'pg_dump', '-Fc', '-f', $dump, '-d', $router->connstr('postgres') ],
+	'hook: the router database dumps');
+router_sql('CREATE DATABASE restored');
+command_ok([ 'pg_restore', '--exit-on-error', '-d', $router->connstr('restored'), $dump ],
+	'hook: and restores');
+is( $router->safe_psql('restored', q{
+		SELECT string_agg(hook || ' ' || extension, ',') FROM ordered_events.cycle_hooks()}),
+	'ordered_events_router.combine_all() ordered_events_router',
+	'hook: the restored router is registered, once');
 
 $_->stop for $router, $single, @shards;
 done_testing();

@@ -1,0 +1,594 @@
+/* ordered_events_router--0.3.sql */
+
+-- complain if script is sourced in psql, rather than via CREATE EXTENSION
+\echo Use "CREATE EXTENSION ordered_events_router CASCADE" to load this file. \quit
+
+/*
+ * The router of streams sharded over several ordered_events servers
+ * (README.md, "Sharding").  PL/Proxy routes the calls: the shards are the
+ * partitions of the SQL/MED server ordered_events_shards, a power of two
+ * of them, each a database with ordered_events.  A key's events go to the
+ * shard hashtext(key) picks, so a key lives on one shard.
+ *
+ * A global stream exists on every shard, "sharded" there: its seqs are
+ * spread over the shards, and the router sets its range.  The combine step
+ * (combine()) asks every shard for the runs of seqs it holds above the
+ * global range_end, unites them (a union of int8ranges: associative and
+ * order-independent, Beam's ContiguousSequenceRange combiner), takes the
+ * contiguous part from range_end on, and tells every shard to release its
+ * events below the new end.  A shard that does not answer holds the range
+ * at the first seq no other shard reported: nothing is skipped for it,
+ * shard_status shows it, and it catches up when it answers again.  Per-key streams need no combining: each shard
+ * releases its keys alone.
+ *
+ * The background worker of ordered_events runs combine_all() every cycle
+ * in a database with this extension (its naptime paces it): the script
+ * registers it (ordered_events.register_cycle_hook()).
+ */
+
+DO $$
+BEGIN
+    IF pg_catalog.to_regprocedure('ordered_events.register_cycle_hook(regprocedure)') IS NULL THEN
+        RAISE EXCEPTION 'ordered_events_router 0.3 needs ordered_events 0.3'
+            USING ERRCODE = 'feature_not_supported',
+                  HINT = 'Run ALTER EXTENSION ordered_events UPDATE first.';
+    END IF;
+END;
+$$;
+
+CREATE TABLE ordered_events_router.stream (
+    stream text PRIMARY KEY,
+    sequencing text NOT NULL CHECK (sequencing IN ('global', 'per_key')),
+    initial_sequence bigint NOT NULL,
+    gap_policy text NOT NULL CHECK (gap_policy IN ('wait', 'timeout')),
+    gap_timeout interval,
+    max_release_batch integer NOT NULL,
+    range_end bigint NOT NULL,          -- global: first seq not released
+    max_event_ts timestamptz,           -- global: largest event_ts released
+    gap_start bigint,                   -- global: the gap at range_end a step saw,
+    gap_first_seen timestamptz,         -- and since when
+    updated_at timestamptz NOT NULL DEFAULT pg_catalog.now()
+);
+COMMENT ON TABLE ordered_events_router.stream IS
+    'The streams of the sharded cluster, with the combined range of each global stream';
+
+-- The runs of seqs the router skipped on a global stream's range.
+CREATE TABLE ordered_events_router.skip (
+    stream text NOT NULL REFERENCES ordered_events_router.stream ON DELETE CASCADE,
+    gap_start bigint NOT NULL,
+    gap_end bigint NOT NULL,
+    reason text NOT NULL,
+    skipped_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    PRIMARY KEY (stream, gap_start)
+);
+COMMENT ON TABLE ordered_events_router.skip IS
+    'Runs of seqs skipped on the combined range of a global stream, recorded on every shard';
+
+-- What each shard answered last, and how far it released each global stream.
+CREATE TABLE ordered_events_router.shard (
+    shard integer PRIMARY KEY,
+    last_ok_at timestamptz,
+    last_error text,
+    last_error_at timestamptz
+);
+CREATE TABLE ordered_events_router.shard_stream (
+    shard integer NOT NULL,
+    stream text NOT NULL REFERENCES ordered_events_router.stream ON DELETE CASCADE,
+    released_through bigint NOT NULL,
+    PRIMARY KEY (shard, stream)
+);
+COMMENT ON TABLE ordered_events_router.shard_stream IS
+    'How far each shard released each global stream (the end it last applied)';
+
+SELECT pg_catalog.pg_extension_config_dump('ordered_events_router.stream', '');
+SELECT pg_catalog.pg_extension_config_dump('ordered_events_router.skip', '');
+SELECT pg_catalog.pg_extension_config_dump('ordered_events_router.shard_stream', '');
+
+-- The number of shards: the partitions of the SQL/MED server.
+CREATE FUNCTION ordered_events_router.shard_count()
+RETURNS integer
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT count(*)::integer
+  FROM pg_catalog.pg_foreign_server s
+ CROSS JOIN LATERAL pg_catalog.pg_options_to_table(s.srvoptions) o
+ WHERE s.srvname = 'ordered_events_shards' AND o.option_name ~ '^p[0-9]+$'
+$$;
+COMMENT ON FUNCTION ordered_events_router.shard_count() IS
+    'The number of shards of the cluster ordered_events_shards';
+
+/*
+ * Calls on one shard (RUN ON its number) or on the shard of a key.  They
+ * run on the shard in autocommit, as the user mapping's role.
+ */
+CREATE FUNCTION ordered_events_router.on_shard_create_stream(
+    shard integer, stream text, sequencing text, initial_sequence bigint,
+    max_release_batch integer)
+RETURNS void
+LANGUAGE plproxy
+AS $$
+    CLUSTER 'ordered_events_shards';
+    RUN ON shard;
+    SELECT ordered_events.create_stream($2, $3, $4, 'wait', NULL, $5);
+$$;
+
+CREATE FUNCTION ordered_events_router.on_shard_shard_stream(shard integer, stream text)
+RETURNS void
+LANGUAGE plproxy
+AS $$
+    CLUSTER 'ordered_events_shards';
+    RUN ON shard;
+    SELECT ordered_events.shard_stream($2);
+$$;
+
+CREATE FUNCTION ordered_events_router.on_shard_runs(
+    shard integer, stream text, from_seq bigint, max_events integer,
+    OUT run_start bigint, OUT run_end bigint, OUT max_event_ts timestamptz)
+RETURNS SETOF record
+LANGUAGE plproxy
+AS $$
+    CLUSTER 'ordered_events_shards';
+    RUN ON shard;
+    SELECT run_start, run_end, max_event_ts FROM ordered_events.shard_runs($2, $3, $4);
+$$;
+
+CREATE FUNCTION ordered_events_router.on_shard_skip(
+    shard integer, stream text, gap_start bigint, gap_end bigint, reason text)
+RETURNS void
+LANGUAGE plproxy
+AS $$
+    CLUSTER 'ordered_events_shards';
+    RUN ON shard;
+    SELECT ordered_events.shard_skip($2, $3, $4, $5);
+$$;
+
+CREATE FUNCTION ordered_events_router.on_shard_release_through(
+    shard integer, stream text, through_seq bigint)
+RETURNS bigint
+LANGUAGE plproxy
+AS $$
+    CLUSTER 'ordered_events_shards';
+    RUN ON shard;
+    SELECT ordered_events.release_through($2, $3);
+$$;
+
+CREATE FUNCTION ordered_events_router.on_shard_released(
+    shard integer, stream text, from_seq bigint, to_seq bigint, max_events integer,
+    OUT seq bigint, OUT key text, OUT payload jsonb, OUT event_ts timestamptz,
+    OUT alignment_ts timestamptz, OUT received_at timestamptz, OUT released_at timestamptz)
+RETURNS SETOF record
+LANGUAGE plproxy
+AS $$
+    CLUSTER 'ordered_events_shards';
+    RUN ON shard;
+    SELECT r.seq, r.key, r.payload, r.event_ts, r.alignment_ts, r.received_at, r.released_at
+      FROM ordered_events.released r
+     WHERE r.stream = $2 AND r.seq >= $3 AND r.seq < $4
+     ORDER BY r.seq LIMIT $5;
+$$;
+
+/*
+ * Writing.  ingest() goes to the key's shard; ingest_many() splits its
+ * arrays by key and sends each shard its part in one call.
+ */
+CREATE FUNCTION ordered_events_router.ingest(
+    stream text, seq bigint, key text, payload jsonb DEFAULT NULL,
+    event_ts timestamptz DEFAULT NULL, alignment_ts timestamptz DEFAULT NULL,
+    last_event boolean DEFAULT false)
+RETURNS ordered_events.outcome
+LANGUAGE plproxy
+AS $$
+    CLUSTER 'ordered_events_shards';
+    RUN ON pg_catalog.hashtext(key);
+    SELECT ordered_events.ingest($1, $2, $3, $4, $5, $6, $7);
+$$;
+COMMENT ON FUNCTION ordered_events_router.ingest(text, bigint, text, jsonb, timestamptz,
+                                                 timestamptz, boolean) IS
+    'Write one event on the shard of its key; returns accepted or the reason it went to that shard''s unprocessed';
+
+CREATE FUNCTION ordered_events_router.ingest_many(
+    stream text, seqs bigint[], keys text[], payloads jsonb[])
+RETURNS SETOF bigint
+LANGUAGE plproxy
+AS $$
+    CLUSTER 'ordered_events_shards';
+    SPLIT seqs, keys, payloads;
+    RUN ON pg_catalog.hashtext(keys);
+    SELECT ordered_events.ingest_array($1, $2, $3, $4);
+$$;
+COMMENT ON FUNCTION ordered_events_router.ingest_many(text, bigint[], text[], jsonb[]) IS
+    'Write many events, each on the shard of its key (arrays of the same length); returns each shard''s accepted count';
+
+-- Create a stream on every shard (a global one sharded there).
+CREATE FUNCTION ordered_events_router.create_stream(
+    stream text,
+    sequencing text DEFAULT 'global',
+    initial_sequence bigint DEFAULT 1,
+    gap_policy text DEFAULT 'wait',
+    gap_timeout interval DEFAULT NULL,
+    max_release_batch integer DEFAULT 10000)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF ordered_events_router.shard_count() = 0 THEN
+        RAISE EXCEPTION 'no shards are defined'
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'CREATE SERVER ordered_events_shards FOREIGN DATA WRAPPER plproxy OPTIONS (p0 ''dbname=... host=...'', p1 ...) and a user mapping; see README.md, "Sharding".';
+    END IF;
+    -- the options as ordered_events checks them, the gap policy on the router
+    PERFORM ordered_events.check_release_options(sequencing, gap_policy, gap_timeout,
+                                                 max_release_batch);
+    IF gap_policy = 'fence' THEN
+        PERFORM ordered_events.invalid_option('gap_policy', gap_policy,
+            'A sharded stream takes ''wait'' or ''timeout'': append() allocates seqs on one server.');
+    END IF;
+    INSERT INTO ordered_events_router.stream
+        (stream, sequencing, initial_sequence, gap_policy, gap_timeout, max_release_batch,
+         range_end)
+    VALUES (create_stream.stream, create_stream.sequencing, create_stream.initial_sequence,
+            create_stream.gap_policy, create_stream.gap_timeout,
+            create_stream.max_release_batch, create_stream.initial_sequence);
+    FOR i IN 0 .. ordered_events_router.shard_count() - 1 LOOP
+        PERFORM ordered_events_router.on_shard_create_stream(
+            i, create_stream.stream, create_stream.sequencing, create_stream.initial_sequence,
+            create_stream.max_release_batch);
+        IF create_stream.sequencing = 'global' THEN
+            PERFORM ordered_events_router.on_shard_shard_stream(i, create_stream.stream);
+            INSERT INTO ordered_events_router.shard_stream (shard, stream, released_through)
+            VALUES (i, create_stream.stream, create_stream.initial_sequence);
+        END IF;
+    END LOOP;
+END;
+$$;
+COMMENT ON FUNCTION ordered_events_router.create_stream(text, text, bigint, text, interval,
+                                                        integer) IS
+    'Create a stream on every shard; a global one has its range combined by this router';
+
+-- A global stream of the router (locked for a step), or the error.
+CREATE FUNCTION ordered_events_router.global_stream_or_error(stream text, for_update boolean)
+RETURNS ordered_events_router.stream
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    s ordered_events_router.stream;
+BEGIN
+    IF for_update THEN
+        SELECT * INTO s FROM ordered_events_router.stream r
+         WHERE r.stream = global_stream_or_error.stream AND r.sequencing = 'global' FOR UPDATE;
+    ELSE
+        SELECT * INTO s FROM ordered_events_router.stream r
+         WHERE r.stream = global_stream_or_error.stream AND r.sequencing = 'global';
+    END IF;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no global stream "%" on this router', stream
+            USING ERRCODE = 'undefined_object',
+                  HINT = 'See ordered_events_router.stream; a per-key stream needs no router: each shard releases and reads its keys.';
+    END IF;
+    RETURN s;
+END;
+$$;
+
+-- Note what a shard answered: an error at once, an answer at most once a
+-- second (the steps of an idle router write nothing).
+CREATE FUNCTION ordered_events_router.note_shard(shard integer, error text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF error IS NULL AND EXISTS (
+           SELECT FROM ordered_events_router.shard s
+            WHERE s.shard = note_shard.shard AND s.last_error IS NULL
+              AND s.last_ok_at >= pg_catalog.clock_timestamp() - interval '1 second') THEN
+        RETURN;
+    END IF;
+    INSERT INTO ordered_events_router.shard AS s (shard, last_ok_at, last_error, last_error_at)
+    VALUES (note_shard.shard,
+            CASE WHEN note_shard.error IS NULL THEN pg_catalog.clock_timestamp() END,
+            note_shard.error,
+            CASE WHEN note_shard.error IS NOT NULL THEN pg_catalog.clock_timestamp() END)
+    ON CONFLICT ON CONSTRAINT shard_pkey DO UPDATE
+       SET last_ok_at = coalesce(excluded.last_ok_at, s.last_ok_at),
+           last_error = excluded.last_error,
+           last_error_at = coalesce(excluded.last_error_at, s.last_error_at);
+END;
+$$;
+
+/*
+ * The end of the contiguous range from range_end on in the union of runs
+ * (int8ranges, upper bound exclusive): range_end itself when no run
+ * starts there.  The union is a multirange, so combining the shards'
+ * runs in any grouping and any order gives the same end.
+ */
+CREATE FUNCTION ordered_events_router.contiguous_end(runs int8multirange, range_end bigint)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT coalesce((SELECT upper(r) FROM unnest(runs) r
+                  WHERE r @> contiguous_end.range_end), contiguous_end.range_end)
+$$;
+COMMENT ON FUNCTION ordered_events_router.contiguous_end(int8multirange, bigint) IS
+    'Where the contiguous range starting at range_end ends in a union of runs of seqs';
+
+/*
+ * Every shard's runs of a global stream above its range (their union, each
+ * run's start and largest event_ts), with the runs the router skipped,
+ * which count as arrived; answered is false if a shard did not answer: a
+ * seq that shard may hold is missing.
+ */
+CREATE FUNCTION ordered_events_router.gather_runs(
+    s ordered_events_router.stream,
+    OUT runs int8multirange, OUT run_starts bigint[], OUT run_ts timestamptz[],
+    OUT answered boolean)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    runs := '{}';
+    run_starts := '{}';
+    run_ts := '{}';
+    answered := true;
+    FOR i IN 0 .. ordered_events_router.shard_count() - 1 LOOP
+        BEGIN
+            SELECT runs + coalesce(pg_catalog.range_agg(int8range(r.run_start, r.run_end + 1)),
+                                   '{}'),
+                   run_starts || coalesce(pg_catalog.array_agg(r.run_start), '{}'),
+                   run_ts || coalesce(pg_catalog.array_agg(r.max_event_ts), '{}')
+              INTO runs, run_starts, run_ts
+              FROM ordered_events_router.on_shard_runs(i, s.stream, s.range_end,
+                                                       s.max_release_batch) r;
+            PERFORM ordered_events_router.note_shard(i, NULL);
+        EXCEPTION WHEN OTHERS THEN
+            PERFORM ordered_events_router.note_shard(i, SQLERRM);
+            answered := false;
+        END;
+    END LOOP;
+    runs := runs + coalesce((SELECT pg_catalog.range_agg(int8range(k.gap_start, k.gap_end + 1))
+                               FROM ordered_events_router.skip k
+                              WHERE k.stream = s.stream AND k.gap_end >= s.range_end), '{}');
+END;
+$$;
+
+/*
+ * Release every shard behind a global stream's range through new_end: the
+ * skips it lacks first.  A shard that does not answer is noted, and
+ * released when it answers again.
+ */
+CREATE FUNCTION ordered_events_router.release_shards(s ordered_events_router.stream,
+                                                     new_end bigint)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    sk ordered_events_router.skip;
+    st ordered_events_router.shard_stream;
+BEGIN
+    FOR st IN SELECT * FROM ordered_events_router.shard_stream x
+               WHERE x.stream = s.stream AND x.released_through < new_end
+               ORDER BY x.shard LOOP
+        BEGIN
+            FOR sk IN SELECT * FROM ordered_events_router.skip k
+                       WHERE k.stream = s.stream AND k.gap_end >= st.released_through
+                         AND k.gap_start < new_end LOOP
+                PERFORM ordered_events_router.on_shard_skip(st.shard, s.stream, sk.gap_start,
+                                                            sk.gap_end, sk.reason);
+            END LOOP;
+            PERFORM ordered_events_router.on_shard_release_through(st.shard, s.stream,
+                                                                   new_end);
+            UPDATE ordered_events_router.shard_stream x SET released_through = new_end
+             WHERE x.shard = st.shard AND x.stream = s.stream;
+            PERFORM ordered_events_router.note_shard(st.shard, NULL);
+        EXCEPTION WHEN OTHERS THEN
+            PERFORM ordered_events_router.note_shard(st.shard, SQLERRM);
+        END;
+    END LOOP;
+END;
+$$;
+
+/*
+ * One combine step for a global stream: read every shard's runs, advance
+ * the range (applying the gap policy), and release every shard through
+ * it.  A shard that does not answer may hold any seq not reported: the
+ * range stops at the first of them, no gap is skipped, and the shard is
+ * released through the range when it answers again.  Returns how far the
+ * range moved (in seqs).
+ */
+CREATE FUNCTION ordered_events_router.combine(stream text)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    s ordered_events_router.stream;
+    g record;
+    runs int8multirange;
+    max_ts timestamptz;
+    new_end bigint;
+    next_start bigint;
+BEGIN
+    s := ordered_events_router.global_stream_or_error(stream, true);
+    SELECT * INTO g FROM ordered_events_router.gather_runs(s);
+    runs := g.runs;
+    new_end := ordered_events_router.contiguous_end(runs, s.range_end);
+
+    -- the gap at the end of the range: seen since when, skipped once timed out
+    next_start := (SELECT min(lower(r)) FROM unnest(runs) r WHERE lower(r) > new_end);
+    IF next_start IS NULL THEN
+        s.gap_start := NULL;
+        s.gap_first_seen := NULL;
+    ELSIF s.gap_start IS DISTINCT FROM new_end THEN
+        s.gap_start := new_end;
+        s.gap_first_seen := pg_catalog.clock_timestamp();
+    ELSIF s.gap_policy = 'timeout' AND g.answered    -- a silent shard may hold it
+          AND s.gap_first_seen + s.gap_timeout <= pg_catalog.clock_timestamp() THEN
+        INSERT INTO ordered_events_router.skip (stream, gap_start, gap_end, reason)
+        VALUES (s.stream, new_end, next_start - 1,
+                pg_catalog.format('gap_timeout %s expired', s.gap_timeout));
+        runs := runs + int8multirange(int8range(new_end, next_start));
+        new_end := ordered_events_router.contiguous_end(runs, s.range_end);
+        s.gap_start := NULL;
+        s.gap_first_seen := NULL;
+    END IF;
+    -- a run that starts inside the new range lies in it whole
+    max_ts := (SELECT greatest(s.max_event_ts, pg_catalog.max(u.ts))
+                 FROM unnest(g.run_starts, g.run_ts) u(start, ts) WHERE u.start < new_end);
+    UPDATE ordered_events_router.stream r
+       SET range_end = new_end, max_event_ts = max_ts, gap_start = s.gap_start,
+           gap_first_seen = s.gap_first_seen,
+           updated_at = CASE WHEN new_end > s.range_end THEN pg_catalog.clock_timestamp()
+                             ELSE r.updated_at END
+     WHERE r.stream = s.stream
+       AND (r.range_end, r.max_event_ts, r.gap_start, r.gap_first_seen)
+           IS DISTINCT FROM (new_end, max_ts, s.gap_start, s.gap_first_seen);
+
+    PERFORM ordered_events_router.release_shards(s, new_end);
+    RETURN least(new_end::numeric - s.range_end, 9223372036854775807);
+END;
+$$;
+
+COMMENT ON FUNCTION ordered_events_router.combine(text) IS
+    'One combine step of a global stream: unite the shards'' runs, advance the range, release every shard through it';
+
+/*
+ * skip_gap() on the global range: every seq from range_end through
+ * through_seq that no shard holds is declared lost (recorded here, sent to
+ * every shard by the next combine step, which it runs).  Every shard must
+ * answer, or nothing is skipped.  Returns the number of seqs skipped.
+ */
+CREATE FUNCTION ordered_events_router.skip_gap(stream text, through_seq bigint, reason text)
+RETURNS numeric
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    s ordered_events_router.stream;
+    held int8multirange := '{}';
+    holes int8multirange;
+    skipped numeric;
+BEGIN
+    IF through_seq IS NULL OR reason IS NULL THEN
+        RAISE EXCEPTION 'through_seq and reason must not be null'
+            USING ERRCODE = 'null_value_not_allowed',
+                  HINT = 'Name the last seq to declare lost and why.';
+    END IF;
+    s := ordered_events_router.global_stream_or_error(stream, true);
+    IF through_seq < s.range_end THEN
+        RETURN 0;
+    END IF;
+    -- what the shards hold in the window (an error if one does not answer)
+    FOR i IN 0 .. ordered_events_router.shard_count() - 1 LOOP
+        SELECT held + coalesce(pg_catalog.range_agg(int8range(r.run_start, r.run_end + 1)), '{}')
+          INTO held
+          FROM ordered_events_router.on_shard_runs(
+                   i, s.stream, s.range_end,
+                   least(through_seq::numeric - s.range_end + 1, 2147483647)::integer) r;
+    END LOOP;
+    held := held + coalesce((SELECT pg_catalog.range_agg(int8range(k.gap_start, k.gap_end + 1))
+                               FROM ordered_events_router.skip k
+                              WHERE k.stream = s.stream AND k.gap_end >= s.range_end), '{}');
+    holes := int8multirange(int8range(s.range_end, through_seq, '[]')) - held;
+    INSERT INTO ordered_events_router.skip (stream, gap_start, gap_end, reason)
+    SELECT s.stream, lower(h), upper(h) - 1, skip_gap.reason FROM unnest(holes) h;
+    skipped := (SELECT coalesce(sum(upper(h)::numeric - lower(h)), 0) FROM unnest(holes) h);
+    PERFORM ordered_events_router.combine(s.stream);
+    RETURN skipped;
+END;
+$$;
+COMMENT ON FUNCTION ordered_events_router.skip_gap(text, bigint, text) IS
+    'Declare every seq of a global stream up to through_seq that no shard holds lost; returns the number of seqs skipped';
+
+-- A combine step for every global stream; the worker calls it every cycle.
+CREATE FUNCTION ordered_events_router.combine_all()
+RETURNS bigint
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT least(coalesce(sum(ordered_events_router.combine(s.stream)), 0), 9223372036854775807)::bigint
+  FROM ordered_events_router.stream s
+ WHERE s.sequencing = 'global'
+$$;
+COMMENT ON FUNCTION ordered_events_router.combine_all() IS
+    'One combine step for every global stream of the router; returns how far the ranges moved';
+
+/*
+ * Reading: a global stream's released events in seq order, merged from
+ * every shard (each reads a window of seqs by its primary key).  A
+ * per-key stream is read on each shard.
+ */
+CREATE FUNCTION ordered_events_router.released(stream text, from_seq bigint,
+                                               max_events integer DEFAULT 1000)
+RETURNS TABLE (seq bigint, key text, payload jsonb, event_ts timestamptz,
+               alignment_ts timestamptz, received_at timestamptz, released_at timestamptz)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    s ordered_events_router.stream;
+BEGIN
+    s := ordered_events_router.global_stream_or_error(stream, false);
+    RETURN QUERY
+    SELECT r.seq, r.key, r.payload, r.event_ts, r.alignment_ts, r.received_at, r.released_at
+      FROM generate_series(0, ordered_events_router.shard_count() - 1) i
+     CROSS JOIN LATERAL ordered_events_router.on_shard_released(
+               -- the first max_events seqs from from_seq hold them all; not
+               -- past what every shard has released (one may lag behind)
+               i, s.stream, from_seq,
+               least(s.range_end, from_seq::numeric + max_events,
+                     (SELECT pg_catalog.min(x.released_through)
+                        FROM ordered_events_router.shard_stream x
+                       WHERE x.stream = s.stream))::bigint,
+               max_events) r
+     ORDER BY r.seq, r.key
+     LIMIT max_events;
+END;
+$$;
+COMMENT ON FUNCTION ordered_events_router.released(text, bigint, integer) IS
+    'Released events of a global stream from from_seq on, merged from every shard in seq order';
+
+CREATE VIEW ordered_events_router.shard_status AS
+SELECT i AS shard, s.last_ok_at, s.last_error, s.last_error_at,
+       (s.last_error_at IS NOT NULL
+        AND s.last_error_at >= coalesce(s.last_ok_at, '-infinity')) AS failing,
+       (SELECT pg_catalog.min(x.released_through) FROM ordered_events_router.shard_stream x
+         WHERE x.shard = i) AS min_released_through
+  FROM generate_series(0, ordered_events_router.shard_count() - 1) i
+  LEFT JOIN ordered_events_router.shard s ON s.shard = i;
+COMMENT ON VIEW ordered_events_router.shard_status IS
+    'Each shard: when it last answered, its last error, whether it is failing now';
+
+CREATE VIEW ordered_events_router.ranges AS
+SELECT s.stream, s.initial_sequence AS range_start, s.range_end, s.max_event_ts,
+       s.updated_at
+  FROM ordered_events_router.stream s
+ WHERE s.sequencing = 'global';
+COMMENT ON VIEW ordered_events_router.ranges IS
+    'The combined contiguous range of each global stream';
+
+REVOKE EXECUTE ON FUNCTION
+    ordered_events_router.on_shard_create_stream(integer, text, text, bigint, integer),
+    ordered_events_router.on_shard_shard_stream(integer, text),
+    ordered_events_router.on_shard_runs(integer, text, bigint, integer),
+    ordered_events_router.on_shard_skip(integer, text, bigint, bigint, text),
+    ordered_events_router.on_shard_release_through(integer, text, bigint),
+    ordered_events_router.on_shard_released(integer, text, bigint, bigint, integer),
+    ordered_events_router.ingest(text, bigint, text, jsonb, timestamptz, timestamptz, boolean),
+    ordered_events_router.ingest_many(text, bigint[], text[], jsonb[]),
+    ordered_events_router.create_stream(text, text, bigint, text, interval, integer),
+    ordered_events_router.note_shard(integer, text),
+    ordered_events_router.global_stream_or_error(text, boolean),
+    ordered_events_router.gather_runs(ordered_events_router.stream),
+    ordered_events_router.release_shards(ordered_events_router.stream, bigint),
+    ordered_events_router.combine(text),
+    ordered_events_router.combine_all(),
+    ordered_events_router.skip_gap(text, bigint, text),
+    ordered_events_router.released(text, bigint, integer)
+FROM PUBLIC;
+
+-- The worker of ordered_events calls combine_all() every cycle.
+SELECT ordered_events.register_cycle_hook('ordered_events_router.combine_all()');
