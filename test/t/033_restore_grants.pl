@@ -51,10 +51,17 @@ my $grants_0_1_sql = q{
 	GRANT SELECT ON ordered_events.stream_stats, ordered_events.key_status,
 	                ordered_events.worker_status TO monitor;
 };
+# And what a DBA may have added: stream_stats for every role, some columns
+# of the dead letters for the monitor (column privileges are recorded too).
+my $grants_dba_sql = q{
+	GRANT SELECT ON ordered_events.stream_stats TO PUBLIC;
+	GRANT SELECT (stream, seq, reason) ON ordered_events.unprocessed TO monitor;
+};
 $node->safe_psql('postgres', $roles_sql);
 $node->safe_psql('postgres', qq{
 	CREATE EXTENSION ordered_events VERSION '0.1';
 	$grants_0_1_sql
+	$grants_dba_sql
 	SELECT ordered_events.create_stream('g');
 	SELECT ordered_events.create_stream('f', gap_policy => 'fence');
 });
@@ -126,21 +133,27 @@ like($privileges, qr/^schema ordered_events USAGE to producer by postgres$/m,
 	'the privileges compared hold the producer\'s USAGE on the schema');
 like($privileges,
 	qr/^function ordered_events.worker_report\(\) EXECUTE to monitor by postgres$/m,
-	'... and the monitor\'s EXECUTE on worker_report(), which the update gave it');
+	'... the monitor\'s EXECUTE on worker_report(), which the update gave it');
+like($privileges, qr/^view ordered_events.stream_stats SELECT to PUBLIC by postgres$/m,
+	'... PUBLIC\'s SELECT on stream_stats');
+like($privileges,
+	qr/^column seq of table ordered_events.unprocessed SELECT to monitor by postgres$/m,
+	'... and the monitor\'s on columns of unprocessed');
 
 # The update left pg_init_privs as a fresh install has them: the
 # extension's own grants only.  fresh02 was made at 0.2 and granted the
 # same (what of 0.1 is left, and 0.2's function of worker_status), fresh03
 # made at this version.
 my $init_privs = OrderedEvents::member_init_privs($node, 'postgres');
-unlike($init_privs, qr/\b(?:producer|consumer|monitor)=/,
-	'the initial privileges of the updated database name none of the users\' roles');
+unlike($init_privs, qr/\b(?:producer|consumer|monitor)=|[{,]=/,
+	'the initial privileges of the updated database name none of the users\' roles, nor PUBLIC');
 $node->safe_psql('postgres', q{
 	CREATE DATABASE fresh02;
 	CREATE DATABASE fresh03;
 });
-$node->safe_psql('fresh02', q{
+$node->safe_psql('fresh02', qq{
 	CREATE EXTENSION ordered_events VERSION '0.2';
+	$grants_dba_sql
 	GRANT USAGE ON SCHEMA ordered_events TO producer, consumer, monitor;
 	GRANT EXECUTE ON FUNCTION ordered_events.ingest(text, bigint, text, jsonb, timestamptz, timestamptz, boolean),
 	                          ordered_events.append(text, text, jsonb, timestamptz) TO producer;
