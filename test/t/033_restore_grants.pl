@@ -142,8 +142,8 @@ like($privileges,
 
 # The update left pg_init_privs as a fresh install has them: the
 # extension's own grants only.  fresh02 was made at 0.2 and granted the
-# same (what of 0.1 is left, and 0.2's function of worker_status), fresh03
-# made at this version.
+# same (what of 0.1 is left, and a function whose signature 0.3 changes),
+# fresh03 made at this version.
 my $init_privs = OrderedEvents::member_init_privs($node, 'postgres');
 unlike($init_privs, qr/\b(?:producer|consumer|monitor)=|[{,]=/,
 	'the initial privileges of the updated database name none of the users\' roles, nor PUBLIC');
@@ -160,10 +160,17 @@ $node->safe_psql('fresh02', qq{
 	GRANT SELECT ON ordered_events.stream_def TO producer;
 	GRANT INSERT ON ordered_events.inbox TO producer;
 	GRANT SELECT ON ordered_events.released, ordered_events.stream_stats TO consumer;
+	GRANT EXECUTE ON FUNCTION ordered_events.create_consumer(text, integer, regprocedure, text, text)
+	   TO consumer;
 	GRANT SELECT ON ordered_events.stream_stats, ordered_events.key_status,
 	                ordered_events.worker_status TO monitor;
 	ALTER EXTENSION ordered_events UPDATE;
 });
+# The update made create_consumer() again with the grants of 0.2's.
+is($node->safe_psql('fresh02', q{
+	SELECT has_function_privilege('consumer',
+	           'ordered_events.create_consumer(text, integer, regprocedure, text, text, interval)', 'EXECUTE')}),
+	't', 'made at 0.2: the consumer may still create consumers');
 $node->safe_psql('fresh03', 'CREATE EXTENSION ordered_events');
 my $fresh_init_privs = OrderedEvents::member_init_privs($node, 'fresh03');
 like($fresh_init_privs, qr/^schema ordered_events \{postgres=UC\/postgres,pg_monitor=U\/postgres\}$/m,
