@@ -1731,3 +1731,112 @@ REVOKE EXECUTE ON FUNCTION
     ordered_events.register_cycle_hook(regprocedure),
     ordered_events.cycle_hooks()
 FROM PUBLIC;
+
+/* ------------------------------------------------------------------------
+ * 7. Users' grants: the update to 0.3 repairs pg_init_privs of databases
+ *    updated through 0.2.  This section stays last: a GRANT or REVOKE on
+ *    an existing object after it would record users' grants again.
+ * ------------------------------------------------------------------------
+ */
+
+/*
+ * A monitor of 0.1 read worker_status with SELECT on the view alone: the
+ * function behind it was PUBLIC's.  0.2 revoked worker_report() from
+ * PUBLIC and carried over only the EXECUTE grants of the old function, so
+ * that monitor got 42501 on worker_report().  Every role that holds SELECT
+ * on worker_status may execute worker_report(), as 0.2's notes promised.
+ */
+DO $$
+DECLARE
+    grantee text;
+BEGIN
+    FOR grantee IN
+        SELECT DISTINCT CASE WHEN a.grantee = 0 THEN 'PUBLIC'
+                             ELSE pg_catalog.quote_ident(r.rolname) END
+          FROM pg_catalog.pg_class c
+         CROSS JOIN LATERAL pg_catalog.aclexplode(c.relacl) a
+          LEFT JOIN pg_catalog.pg_roles r ON r.oid = a.grantee
+         WHERE c.oid = 'ordered_events.worker_status'::pg_catalog.regclass
+           AND a.privilege_type = 'SELECT' AND a.grantee <> c.relowner
+    LOOP
+        EXECUTE pg_catalog.format(
+            'GRANT EXECUTE ON FUNCTION ordered_events.worker_report() TO %s', grantee);
+    END LOOP;
+END;
+$$;
+
+/*
+ * pg_dump writes of an extension member's ACL only what differs from its
+ * initial privileges (pg_init_privs), taken to be the extension's own.
+ * But a GRANT or REVOKE in an update script records the object's whole ACL
+ * as it stands, the users' grants included: 0.1 -> 0.2 did so on the
+ * schema, the views it granted to pg_monitor, unprocessed, and the
+ * functions whose grants it carried over (worker_report() among them), and
+ * this script on the functions it carries over and on worker_report()
+ * above.  A dump of such a database left those users' grants out, and a
+ * restore lost them (42501 on the schema and the views).
+ *
+ * So every record of a member, and of the schema, keeps only what the
+ * install scripts grant: entries granted by the object's owner to itself
+ * (its default privileges) or to a predefined role (pg_monitor).  The
+ * scripts grant nothing to PUBLIC, they only revoke from it, and cannot
+ * name any other role (it need not exist); no user can create a role
+ * named pg_*.  A record left with the default privileges alone, or none,
+ * goes: a fresh install has none such.  The rule needs no list of the
+ * objects, so it holds for every section of this script; it must run last.
+ * What it cannot tell apart is a user's own grant to a predefined role of
+ * an object the scripts recorded: that stays initial (not dumped).
+ */
+DO $$
+DECLARE
+    r record;
+    kept aclitem[];
+BEGIN
+    FOR r IN
+        SELECT i.classoid, i.objoid, i.objsubid, i.initprivs, o.owner,
+               CASE WHEN i.objsubid <> 0 THEN 'c' ELSE o.kind END AS kind
+          FROM pg_catalog.pg_init_privs i
+         CROSS JOIN LATERAL (
+                SELECT c.relowner, CASE c.relkind WHEN 'S' THEN 's' ELSE 'r' END
+                  FROM pg_catalog.pg_class c
+                 WHERE i.classoid = 'pg_catalog.pg_class'::pg_catalog.regclass AND c.oid = i.objoid
+                UNION ALL
+                SELECT p.proowner, 'f' FROM pg_catalog.pg_proc p
+                 WHERE i.classoid = 'pg_catalog.pg_proc'::pg_catalog.regclass AND p.oid = i.objoid
+                UNION ALL
+                SELECT t.typowner, 'T' FROM pg_catalog.pg_type t
+                 WHERE i.classoid = 'pg_catalog.pg_type'::pg_catalog.regclass AND t.oid = i.objoid
+                UNION ALL
+                SELECT n.nspowner, 'n' FROM pg_catalog.pg_namespace n
+                 WHERE i.classoid = 'pg_catalog.pg_namespace'::pg_catalog.regclass AND n.oid = i.objoid
+               ) o(owner, kind)
+         WHERE i.privtype = 'e'
+           AND ((i.classoid = 'pg_catalog.pg_namespace'::pg_catalog.regclass
+                 AND i.objoid = 'ordered_events'::pg_catalog.regnamespace)
+                OR EXISTS (SELECT FROM pg_catalog.pg_depend d
+                            WHERE d.classid = i.classoid AND d.objid = i.objoid AND d.deptype = 'e'
+                              AND d.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass
+                              AND d.refobjid = (SELECT x.oid FROM pg_catalog.pg_extension x
+                                                 WHERE x.extname = 'ordered_events')))
+    LOOP
+        kept := ARRAY(
+            SELECT u.item
+              FROM pg_catalog.unnest(r.initprivs) WITH ORDINALITY AS u(item, n)
+             CROSS JOIN LATERAL pg_catalog.aclexplode(ARRAY[u.item]) a
+             WHERE a.grantor = r.owner
+               AND (a.grantee = r.owner
+                    OR (SELECT g.rolname FROM pg_catalog.pg_roles g WHERE g.oid = a.grantee)
+                       OPERATOR(pg_catalog.~) '^pg_')
+             GROUP BY u.item, u.n
+             ORDER BY u.n);
+        IF kept OPERATOR(pg_catalog.=) '{}'::aclitem[]
+           OR kept OPERATOR(pg_catalog.=) pg_catalog.acldefault(r.kind::"char", r.owner) THEN
+            DELETE FROM pg_catalog.pg_init_privs i
+             WHERE i.classoid = r.classoid AND i.objoid = r.objoid AND i.objsubid = r.objsubid;
+        ELSIF kept OPERATOR(pg_catalog.<>) r.initprivs THEN
+            UPDATE pg_catalog.pg_init_privs i SET initprivs = kept
+             WHERE i.classoid = r.classoid AND i.objoid = r.objoid AND i.objsubid = r.objsubid;
+        END IF;
+    END LOOP;
+END;
+$$;

@@ -2,34 +2,10 @@
 -- beam_global: the global-sequence cases of Apache Beam's OrderedEventProcessor
 -- tests, on global streams with wait gap policy.  Every case runs on two
 -- streams, <case>_0 with initial_sequence 0 and <case>_1 with
--- initial_sequence 1; the helpers below feed both with the same seq offsets
--- (seq = initial_sequence + offset), so each result shows both streams.
+-- initial_sequence 1, fed the same seq offsets by the helpers of
+-- sql/shared/beam_setup.sql (arrive, release, keys) and the one below.
 --
-SET TimeZone = 'UTC';
-SET DateStyle = 'ISO, YMD';
-
--- One arrival on both streams of a case.  event_ts is 2024-01-01 00:00 plus
--- event_minute (default: the seq offset) minutes, so max_event_ts is known.
-CREATE FUNCTION pg_temp.arrive(test text, seq_offset bigint, key text,
-                               payload jsonb DEFAULT NULL, event_minute integer DEFAULT NULL)
-RETURNS TABLE (stream text, seq bigint, outcome ordered_events.outcome)
-LANGUAGE sql AS $$
-    SELECT v.s, v.i + seq_offset,
-           ordered_events.ingest(v.s, v.i + seq_offset, key, payload,
-               timestamptz '2024-01-01 00:00:00+00'
-               + coalesce(event_minute, seq_offset) * interval '1 minute')
-      FROM (VALUES (test || '_0', 0), (test || '_1', 1)) v(s, i)
-     ORDER BY 1
-$$;
-
--- One release step on both streams of a case.
-CREATE FUNCTION pg_temp.release(test text)
-RETURNS TABLE (stream text, released bigint)
-LANGUAGE sql AS $$
-    SELECT v.s, ordered_events.release(v.s)
-      FROM (VALUES (test || '_0'), (test || '_1')) v(s)
-     ORDER BY 1
-$$;
+\i sql/shared/beam_setup.sql
 
 -- Range and counters of both streams of a case.
 CREATE FUNCTION pg_temp.state(test text)
@@ -42,19 +18,6 @@ LANGUAGE sql AS $$
       JOIN ordered_events.stream_stats st USING (stream)
      WHERE r.stream IN (test || '_0', test || '_1')
      ORDER BY 1
-$$;
-
--- key_status of both streams of a case.
-CREATE FUNCTION pg_temp.keys(test text)
-RETURNS TABLE (stream text, key text, last_released_seq bigint, buffered_count bigint,
-               earliest_buffered_seq bigint, latest_buffered_seq bigint,
-               received_count bigint, released_count bigint, duplicate_count bigint)
-LANGUAGE sql AS $$
-    SELECT k.stream, k.key, k.last_released_seq, k.buffered_count, k.earliest_buffered_seq,
-           k.latest_buffered_seq, k.received_count, k.released_count, k.duplicate_count
-      FROM ordered_events.key_status k
-     WHERE k.stream IN (test || '_0', test || '_1')
-     ORDER BY 1, 2
 $$;
 
 --

@@ -2,11 +2,12 @@
 -- per_key_beam: the per-key cases of Apache Beam's OrderedEventProcessor tests
 -- (OrderedEventProcessorPerKeySequenceTest) on per-key streams with the wait
 -- gap policy.  Every case runs on two streams, <case>_0 with
--- initial_sequence 0 and <case>_1 with initial_sequence 1; the helpers feed
--- both with the same seq offsets (seq = initial_sequence + offset), so each
--- result shows both streams.  Beam runs most cases from seq 0: its final
--- statuses are those of the _0 streams; the two batch cases assume 1 as the
--- starting sequence: their statuses are those of the _1 streams.
+-- initial_sequence 0 and <case>_1 with initial_sequence 1, fed the same seq
+-- offsets (seq = initial_sequence + offset) by the helpers of
+-- sql/shared/beam_setup.sql (arrive, release, keys) and those below.  Beam
+-- runs most cases from seq 0: its final statuses are those of the _0
+-- streams; the two batch cases assume 1 as the starting sequence: their
+-- statuses are those of the _1 streams.
 --
 -- Beam's OrderedProcessingStatus(lastProcessedSequence, numberOfBufferedEvents,
 -- earliestBufferedSequence, latestBufferedSequence, numberOfReceivedEvents,
@@ -18,8 +19,7 @@
 -- As Beam processes every event when it arrives, a release step follows
 -- every arrival.
 --
-SET TimeZone = 'UTC';
-SET DateStyle = 'ISO, YMD';
+\i sql/shared/beam_setup.sql
 
 -- Create the two streams of a case.
 CREATE FUNCTION pg_temp.create(test text, max_release_batch integer DEFAULT 10000)
@@ -32,28 +32,6 @@ LANGUAGE sql AS $$
     SELECT s.stream, s.sequencing, s.initial_sequence, s.max_release_batch
       FROM ordered_events.streams s
      WHERE s.stream IN (test || '_0', test || '_1')
-     ORDER BY 1
-$$;
-
--- One arrival on both streams of a case.
-CREATE FUNCTION pg_temp.arrive(test text, seq_offset bigint, key text,
-                               payload jsonb DEFAULT NULL, last_event boolean DEFAULT false)
-RETURNS TABLE (stream text, seq bigint, outcome ordered_events.outcome)
-LANGUAGE sql AS $$
-    SELECT v.s, v.i + seq_offset,
-           ordered_events.ingest(v.s, v.i + seq_offset, key, payload,
-                                 timestamptz '2024-01-01 00:00:00+00',
-                                 last_event => last_event)
-      FROM (VALUES (test || '_0', 0), (test || '_1', 1)) v(s, i)
-     ORDER BY 1
-$$;
-
--- One release step on both streams of a case.
-CREATE FUNCTION pg_temp.release(test text)
-RETURNS TABLE (stream text, released bigint)
-LANGUAGE sql AS $$
-    SELECT v.s, ordered_events.release(v.s)
-      FROM (VALUES (test || '_0'), (test || '_1')) v(s)
      ORDER BY 1
 $$;
 
@@ -74,21 +52,6 @@ BEGIN
         RETURN NEXT;
     END LOOP;
 END;
-$$;
-
--- key_status (Beam's OrderedProcessingStatus) of both streams of a case.
-CREATE FUNCTION pg_temp.keys(test text)
-RETURNS TABLE (stream text, key text, last_released_seq bigint, buffered_count bigint,
-               earliest_buffered_seq bigint, latest_buffered_seq bigint,
-               received_count bigint, released_count bigint, duplicate_count bigint,
-               last_event_received boolean)
-LANGUAGE sql AS $$
-    SELECT k.stream, k.key, k.last_released_seq, k.buffered_count, k.earliest_buffered_seq,
-           k.latest_buffered_seq, k.received_count, k.released_count, k.duplicate_count,
-           k.last_event_received
-      FROM ordered_events.key_status k
-     WHERE k.stream IN (test || '_0', test || '_1')
-     ORDER BY 1, 2
 $$;
 
 -- Beam's output: for every released event, the payloads of its key so far.

@@ -27,18 +27,23 @@
  */
 #include "ordered_events.h"
 
+#include "access/genam.h"
 #include "access/htup_details.h"
+#include "access/table.h"
 #include "access/xact.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_enum.h"
 #include "catalog/pg_extension.h"
 #include "catalog/pg_type.h"
+#include "commands/dbcommands.h"
 #include "commands/extension.h"
 #include "commands/trigger.h"
 #include "executor/spi.h"
+#include "miscadmin.h"
 #include "storage/lmgr.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/hsearch.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
@@ -178,6 +183,43 @@ check_columns(Oid relid, const char *const *names, int ncolumns)
 				 names[i], OE_SCHEMA, get_rel_name(relid), i + 1);
 }
 
+/* The relations the library needs, by name, and where OeRelations keeps them. */
+static const struct
+{
+	const char *name;
+	size_t		offset;
+}			our_relations[] =
+{
+	{"event_store", offsetof(OeRelations, event)},
+	{"event_store_pkey", offsetof(OeRelations, event_pkey)},
+	{"event_store_last_event_idx", offsetof(OeRelations, event_last_event_idx)},
+	{"key_arrivals", offsetof(OeRelations, key_arrivals)},
+	{"unprocessed", offsetof(OeRelations, unprocessed)},
+	{"stream_def", offsetof(OeRelations, stream_def)},
+	{"gap_skips", offsetof(OeRelations, gap_skips)},
+	{"lane_release_log", offsetof(OeRelations, lane_release_log)},
+	{"lane_release_log_delivery_key", offsetof(OeRelations, lane_release_log_delivery_key)},
+	{"progress", offsetof(OeRelations, progress)},
+	{"progress_pkey", offsetof(OeRelations, progress_pkey)},
+	{"arrival_seq", offsetof(OeRelations, arrival_seq)},
+	{"handler_state", offsetof(OeRelations, handler_state)},
+	{"handler_result", offsetof(OeRelations, handler_result)},
+	{"result_position_seq", offsetof(OeRelations, result_position_seq)},
+};
+
+static Oid *
+relation_field(OeRelations *rels, int i)
+{
+	return (Oid *) ((char *) rels + our_relations[i].offset);
+}
+
+/* Whether stream_def has its column acl: 0.3's streams have privileges. */
+static bool
+has_stream_acl(Oid stream_def)
+{
+	return get_attnum(stream_def, "acl") != InvalidAttrNumber;
+}
+
 /* Read the OIDs of the extension's objects into *rels and outcomes[]. */
 static void
 read_relations(OeRelations *rels, Oid *outcomes)
@@ -212,24 +254,10 @@ read_relations(OeRelations *rels, Oid *outcomes)
 	if (!OidIsValid(rels->extension) || !OidIsValid(schema))
 		error_not_installed();
 
-	rels->event = relation_oid(schema, "event_store");
-	rels->event_pkey = relation_oid(schema, "event_store_pkey");
-	rels->event_last_event_idx = relation_oid(schema, "event_store_last_event_idx");
-	rels->key_arrivals = relation_oid(schema, "key_arrivals");
-	rels->unprocessed = relation_oid(schema, "unprocessed");
-	rels->stream_def = relation_oid(schema, "stream_def");
-	rels->gap_skips = relation_oid(schema, "gap_skips");
-	rels->lane_release_log = relation_oid(schema, "lane_release_log");
-	rels->lane_release_log_delivery_key = relation_oid(schema, "lane_release_log_delivery_key");
-	rels->progress = relation_oid(schema, "progress");
-	rels->progress_pkey = relation_oid(schema, "progress_pkey");
-	rels->arrival_seq = relation_oid(schema, "arrival_seq");
-	rels->handler_state = relation_oid(schema, "handler_state");
-	rels->handler_result = relation_oid(schema, "handler_result");
-	rels->result_position_seq = relation_oid(schema, "result_position_seq");
+	for (int i = 0; i < lengthof(our_relations); i++)
+		*relation_field(rels, i) = relation_oid(schema, our_relations[i].name);
 	rels->owner = relation_owner(rels->stream_def);
-	/* 0.3's streams have an owner and privileges */
-	if (get_attnum(rels->stream_def, "acl") == InvalidAttrNumber)
+	if (!has_stream_acl(rels->stream_def))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("the objects of extension \"ordered_events\" are not those of library version %s",
@@ -298,10 +326,83 @@ refresh_cache(void)
 }
 
 /*
+ * Whether the installed objects are those this library reads, looked at
+ * without raising: false only when one it needs is missing (the objects of
+ * an older version, before ALTER EXTENSION UPDATE).  A valid cache fits.
+ */
+static bool
+objects_fit(void)
+{
+	Oid			schema = get_namespace_oid(OE_SCHEMA, true);
+	Oid			stream_def;
+
+	if (built_epoch == cache_epoch || !OidIsValid(schema))
+		return true;			/* up to date, or read_relations() says what is wrong */
+	for (int i = 0; i < lengthof(our_relations); i++)
+		if (!OidIsValid(get_relname_relid(our_relations[i].name, schema)))
+			return false;
+	stream_def = get_relname_relid("stream_def", schema);
+	return has_stream_acl(stream_def);
+}
+
+/* The version of an installed extension (pg_extension.extversion), palloc'd. */
+static char *
+extension_version(Oid extension)
+{
+	Relation	rel = table_open(ExtensionRelationId, AccessShareLock);
+	ScanKeyData key;
+	SysScanDesc scan;
+	HeapTuple	tuple;
+	char	   *version = NULL;
+	bool		isnull;
+	Datum		value;
+
+	ScanKeyInit(&key, Anum_pg_extension_oid, BTEqualStrategyNumber, F_OIDEQ,
+				ObjectIdGetDatum(extension));
+	scan = systable_beginscan(rel, ExtensionOidIndexId, true, NULL, 1, &key);
+	tuple = systable_getnext(scan);
+	if (HeapTupleIsValid(tuple))
+	{
+		value = heap_getattr(tuple, Anum_pg_extension_extversion, RelationGetDescr(rel), &isnull);
+		if (!isnull)
+			version = TextDatumGetCString(value);
+	}
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+	return version != NULL ? version : pstrdup("?");
+}
+
+/*
+ * Log, once per installation and version, that this library waits for the
+ * update of the objects: the one thing to do.
+ */
+static void
+log_update_needed(Oid extension)
+{
+	static Oid	logged_for = InvalidOid;
+	static char logged_version[NAMEDATALEN] = "";
+	char	   *version = extension_version(extension);
+
+	if (logged_for == extension && strcmp(logged_version, version) == 0)
+		return;
+	logged_for = extension;
+	strlcpy(logged_version, version, sizeof(logged_version));
+	ereport(LOG,
+			(errmsg("ordered_events does not work in database \"%s\" until extension \"ordered_events\" is updated",
+					get_database_name(MyDatabaseId)),
+			 errdetail("The installed extension is version %s, the library version %s.",
+					   version, OE_LIBRARY_VERSION),
+			 errhint("Run ALTER EXTENSION ordered_events UPDATE in that database.")));
+}
+
+/*
  * Lock the extension against DROP EXTENSION until the transaction ends;
  * false if it is not installed (or was dropped while we waited).  Taken
  * before any of our tables, DROP EXTENSION waits for the holder instead of
- * deadlocking with it.
+ * deadlocking with it.  The worker's way in: it also returns false, having
+ * logged once what to do, while the installed objects are of an older
+ * version, so that the worker waits for the update rather than log the
+ * same error at every step of every cycle.
  */
 bool
 oe_lock_extension(void)
@@ -311,7 +412,14 @@ oe_lock_extension(void)
 	if (!OidIsValid(extension))
 		return false;
 	LockDatabaseObject(ExtensionRelationId, extension, 0, AccessShareLock);
-	return get_extension_oid("ordered_events", true) == extension;
+	if (get_extension_oid("ordered_events", true) != extension)
+		return false;
+	if (!objects_fit())
+	{
+		log_update_needed(extension);
+		return false;
+	}
+	return true;
 }
 
 /* The OIDs of the extension's objects, up to date. */

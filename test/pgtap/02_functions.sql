@@ -7,15 +7,7 @@
 BEGIN;
 SELECT plan(81);
 
-CREATE TEMP TABLE contract_function (
-    ord int PRIMARY KEY,
-    name name NOT NULL,
-    argtypes name[] NOT NULL,
-    returns text NOT NULL,          -- as function_returns() expects it
-    volatility text NOT NULL,
-    arguments text NOT NULL,        -- pg_get_function_arguments()
-    result text NOT NULL            -- pg_get_function_result()
-) ON COMMIT DROP;
+\ir shared/function_contract.sql
 
 INSERT INTO contract_function VALUES
 (1, 'create_stream',
@@ -71,30 +63,7 @@ INSERT INTO contract_function VALUES
     'bigint');
 
 -- 10 functions x 7 tests
-SELECT has_function('ordered_events', f.name, f.argtypes,
-           format('function %s(%s) exists', f.name, array_to_string(f.argtypes, ', ')))
-  FROM contract_function f ORDER BY f.ord;
-SELECT is((SELECT count(*)::int FROM pg_proc p
-            WHERE p.pronamespace = 'ordered_events'::regnamespace AND p.proname = f.name),
-          1, format('%s has no overloads', f.name))
-  FROM contract_function f ORDER BY f.ord;
-SELECT function_returns('ordered_events', f.name, f.argtypes, f.returns,
-           format('%s returns %s', f.name, f.returns))
-  FROM contract_function f ORDER BY f.ord;
-SELECT is((SELECT pg_get_function_arguments(p.oid) FROM pg_proc p
-            WHERE p.pronamespace = 'ordered_events'::regnamespace AND p.proname = f.name),
-          f.arguments, format('%s: argument names, types and defaults', f.name))
-  FROM contract_function f ORDER BY f.ord;
-SELECT is((SELECT pg_get_function_result(p.oid) FROM pg_proc p
-            WHERE p.pronamespace = 'ordered_events'::regnamespace AND p.proname = f.name),
-          f.result, format('%s: result %s', f.name, f.result))
-  FROM contract_function f ORDER BY f.ord;
-SELECT volatility_is('ordered_events', f.name, f.argtypes, f.volatility,
-           format('%s is %s', f.name, f.volatility))
-  FROM contract_function f ORDER BY f.ord;
-SELECT isnt_strict('ordered_events', f.name, f.argtypes,
-           format('%s is not strict', f.name))
-  FROM contract_function f ORDER BY f.ord;
+SELECT * FROM pg_temp.function_contract_tests();
 
 -- Calls with named arguments, as the contract documents them (2 + 2 tests).
 SELECT lives_ok($$SELECT ordered_events.create_stream(stream => 'tap_fn_named',

@@ -23,12 +23,7 @@ SELECT ordered_events.create_stream('tap_err_gone');
 SELECT ordered_events.ingest('tap_err_gone', 1, 'k');
 SELECT ordered_events.drop_stream('tap_err_gone');
 
-CREATE TEMP TABLE bad_input (
-    id int PRIMARY KEY,
-    sqlstate text NOT NULL,
-    label text NOT NULL,
-    sql text NOT NULL
-) ON COMMIT DROP;
+\ir shared/bad_input.sql
 
 INSERT INTO bad_input VALUES
 -- unknown stream: undefined_object
@@ -235,24 +230,8 @@ INSERT INTO bad_input VALUES
      $$SELECT ordered_events.alter_stream('tap_err', gap_policy => 'timeout', gap_timeout => '-1 s',
                                           max_release_batch => 9)$$);
 
--- The error a statement raises: SQLSTATE, message and hint.
-CREATE FUNCTION pg_temp.error_of(sql text,
-    OUT state text, OUT message text, OUT hint text)
-LANGUAGE plpgsql AS $$
-BEGIN
-    EXECUTE sql;
-EXCEPTION WHEN OTHERS THEN
-    GET STACKED DIAGNOSTICS state = RETURNED_SQLSTATE, message = MESSAGE_TEXT,
-                            hint = PG_EXCEPTION_HINT;
-END;
-$$;
-
 -- 93 x 2 tests
-SELECT throws_ok(b.sql, b.sqlstate, NULL, format('%s: %s', b.sqlstate, b.label))
-  FROM bad_input b ORDER BY b.id;
-SELECT ok(e.message ~ '^[a-z]' AND coalesce(e.hint, '') <> '',
-          format('%s: lower-case message and a hint', b.label))
-  FROM bad_input b, LATERAL pg_temp.error_of(b.sql) e ORDER BY b.id;
+SELECT * FROM pg_temp.bad_input_tests();
 
 -- Nothing changed: no stream was created, the streams kept their
 -- configuration and their events, nothing went to unprocessed or to the

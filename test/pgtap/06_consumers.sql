@@ -14,15 +14,7 @@ SELECT plan(210);
 ------------------------------------------------------------------------
 -- Signatures: 7 functions x 7 tests = 49
 ------------------------------------------------------------------------
-CREATE TEMP TABLE contract_function (
-    ord int PRIMARY KEY,
-    name name NOT NULL,
-    argtypes name[] NOT NULL,
-    returns text NOT NULL,          -- as function_returns() expects it
-    volatility text NOT NULL,
-    arguments text NOT NULL,        -- pg_get_function_arguments()
-    result text NOT NULL            -- pg_get_function_result()
-) ON COMMIT DROP;
+\ir shared/function_contract.sql
 
 INSERT INTO contract_function VALUES
 (1, 'create_consumer', '{text,integer,regprocedure,text,text,interval}', 'void', 'volatile',
@@ -50,30 +42,7 @@ INSERT INTO contract_function VALUES
 (7, 'key_partition', '{text,integer}', 'integer', 'immutable',
     'key text, partitions integer', 'integer');
 
-SELECT has_function('ordered_events', f.name, f.argtypes,
-           format('function %s(%s) exists', f.name, array_to_string(f.argtypes, ', ')))
-  FROM contract_function f ORDER BY f.ord;
-SELECT is((SELECT count(*)::int FROM pg_proc p
-            WHERE p.pronamespace = 'ordered_events'::regnamespace AND p.proname = f.name),
-          1, format('%s has no overloads', f.name))
-  FROM contract_function f ORDER BY f.ord;
-SELECT function_returns('ordered_events', f.name, f.argtypes, f.returns,
-           format('%s returns %s', f.name, f.returns))
-  FROM contract_function f ORDER BY f.ord;
-SELECT is((SELECT pg_get_function_arguments(p.oid) FROM pg_proc p
-            WHERE p.pronamespace = 'ordered_events'::regnamespace AND p.proname = f.name),
-          f.arguments, format('%s: argument names, types and defaults', f.name))
-  FROM contract_function f ORDER BY f.ord;
-SELECT is((SELECT pg_get_function_result(p.oid) FROM pg_proc p
-            WHERE p.pronamespace = 'ordered_events'::regnamespace AND p.proname = f.name),
-          f.result, format('%s: result %s', f.name, f.result))
-  FROM contract_function f ORDER BY f.ord;
-SELECT volatility_is('ordered_events', f.name, f.argtypes, f.volatility,
-           format('%s is %s', f.name, f.volatility))
-  FROM contract_function f ORDER BY f.ord;
-SELECT isnt_strict('ordered_events', f.name, f.argtypes,
-           format('%s is not strict (a NULL argument is an error)', f.name))
-  FROM contract_function f ORDER BY f.ord;
+SELECT * FROM pg_temp.function_contract_tests();
 
 -- Functions that run as the owner pin their search_path (1 test).
 SELECT is_empty($$
@@ -133,12 +102,7 @@ SELECT ordered_events.subscribe('tap_cons_gone', 'tap_cons_s');
 SELECT count(*) FROM ordered_events.read('tap_cons_gone');
 SELECT ordered_events.drop_consumer('tap_cons_gone');
 
-CREATE TEMP TABLE bad_input (
-    id int PRIMARY KEY,
-    sqlstate text NOT NULL,
-    label text NOT NULL,
-    sql text NOT NULL
-) ON COMMIT DROP;
+\ir shared/bad_input.sql
 
 INSERT INTO bad_input VALUES
 -- unknown consumer or stream, or no such subscription: undefined_object
@@ -269,23 +233,7 @@ INSERT INTO bad_input VALUES
 (61, '22023', 'key_partition with negative partitions',
      $$SELECT ordered_events.key_partition('k', -3)$$);
 
--- The error a statement raises: SQLSTATE, message and hint.
-CREATE FUNCTION pg_temp.error_of(sql text,
-    OUT state text, OUT message text, OUT hint text)
-LANGUAGE plpgsql AS $$
-BEGIN
-    EXECUTE sql;
-EXCEPTION WHEN OTHERS THEN
-    GET STACKED DIAGNOSTICS state = RETURNED_SQLSTATE, message = MESSAGE_TEXT,
-                            hint = PG_EXCEPTION_HINT;
-END;
-$$;
-
-SELECT throws_ok(b.sql, b.sqlstate, NULL, format('%s: %s', b.sqlstate, b.label))
-  FROM bad_input b ORDER BY b.id;
-SELECT ok(e.message ~ '^[a-z]' AND coalesce(e.hint, '') <> '',
-          format('%s: lower-case message and a hint', b.label))
-  FROM bad_input b, LATERAL pg_temp.error_of(b.sql) e ORDER BY b.id;
+SELECT * FROM pg_temp.bad_input_tests();
 
 -- Nothing changed: the subscription kept its delay and position, no
 -- subscription and no consumer was made.

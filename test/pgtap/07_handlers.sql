@@ -12,15 +12,7 @@ SELECT plan(74);
 ------------------------------------------------------------------------
 -- Signatures: 2 functions x 7 tests = 14
 ------------------------------------------------------------------------
-CREATE TEMP TABLE contract_function (
-    ord int PRIMARY KEY,
-    name name NOT NULL,
-    argtypes name[] NOT NULL,
-    returns text NOT NULL,
-    volatility text NOT NULL,
-    arguments text NOT NULL,        -- pg_get_function_arguments()
-    result text NOT NULL            -- pg_get_function_result()
-) ON COMMIT DROP;
+\ir shared/function_contract.sql
 INSERT INTO contract_function VALUES
 (1, 'process', '{text,integer,integer}', 'bigint', 'volatile',
     'consumer text, max_events integer DEFAULT 1000, partition integer DEFAULT 0', 'bigint'),
@@ -29,30 +21,7 @@ INSERT INTO contract_function VALUES
     'output_stream text DEFAULT NULL::text, alignment text DEFAULT ''inherit''::text, '
     'handler_timeout interval DEFAULT NULL::interval', 'void');
 
-SELECT has_function('ordered_events', f.name, f.argtypes,
-           format('function %s(%s) exists', f.name, array_to_string(f.argtypes, ', ')))
-  FROM contract_function f ORDER BY f.ord;
-SELECT is((SELECT count(*)::int FROM pg_proc p
-            WHERE p.pronamespace = 'ordered_events'::regnamespace AND p.proname = f.name),
-          1, format('%s has no overloads', f.name))
-  FROM contract_function f ORDER BY f.ord;
-SELECT function_returns('ordered_events', f.name, f.argtypes, f.returns,
-           format('%s returns %s', f.name, f.returns))
-  FROM contract_function f ORDER BY f.ord;
-SELECT is((SELECT pg_get_function_arguments(p.oid) FROM pg_proc p
-            WHERE p.pronamespace = 'ordered_events'::regnamespace AND p.proname = f.name),
-          f.arguments, format('%s: argument names, types and defaults', f.name))
-  FROM contract_function f ORDER BY f.ord;
-SELECT is((SELECT pg_get_function_result(p.oid) FROM pg_proc p
-            WHERE p.pronamespace = 'ordered_events'::regnamespace AND p.proname = f.name),
-          f.result, format('%s: result %s', f.name, f.result))
-  FROM contract_function f ORDER BY f.ord;
-SELECT volatility_is('ordered_events', f.name, f.argtypes, f.volatility,
-           format('%s is %s', f.name, f.volatility))
-  FROM contract_function f ORDER BY f.ord;
-SELECT isnt_strict('ordered_events', f.name, f.argtypes,
-           format('%s is not strict (a NULL argument is an error)', f.name))
-  FROM contract_function f ORDER BY f.ord;
+SELECT * FROM pg_temp.function_contract_tests();
 
 ------------------------------------------------------------------------
 -- Types, views and columns: 2 + 2 + 2 + 2 + 1 + 2 = 11
@@ -137,12 +106,7 @@ SELECT ordered_events.create_consumer('tap_h_d', handler => 'public.tap_h_count(
                                       output_stream => 'tap_h_out');
 SELECT ordered_events.subscribe(c, 'tap_h_in') FROM unnest('{tap_h_plain,tap_h_c,tap_h_d}'::text[]) c;
 
-CREATE TEMP TABLE bad_input (
-    id int PRIMARY KEY,
-    sqlstate text NOT NULL,
-    label text NOT NULL,
-    sql text NOT NULL
-) ON COMMIT DROP;
+\ir shared/bad_input.sql
 INSERT INTO bad_input VALUES
 ( 1, '42883', 'a handler with the wrong return type',
      $$SELECT ordered_events.create_consumer('tap_h_new', handler => 'public.tap_h_jsonb(jsonb, ordered_events.event)')$$),
@@ -184,22 +148,7 @@ INSERT INTO bad_input VALUES
 (18, '2BP01', 'drop_stream of an output stream',
      $$SELECT ordered_events.drop_stream('tap_h_out')$$);
 
-CREATE FUNCTION pg_temp.error_of(sql text,
-    OUT state text, OUT message text, OUT hint text)
-LANGUAGE plpgsql AS $$
-BEGIN
-    EXECUTE sql;
-EXCEPTION WHEN OTHERS THEN
-    GET STACKED DIAGNOSTICS state = RETURNED_SQLSTATE, message = MESSAGE_TEXT,
-                            hint = PG_EXCEPTION_HINT;
-END;
-$$;
-
-SELECT throws_ok(b.sql, b.sqlstate, NULL, format('%s: %s', b.sqlstate, b.label))
-  FROM bad_input b ORDER BY b.id;
-SELECT ok(e.message ~ '^[a-z]' AND coalesce(e.hint, '') <> '',
-          format('%s: lower-case message and a hint', b.label))
-  FROM bad_input b, LATERAL pg_temp.error_of(b.sql) e ORDER BY b.id;
+SELECT * FROM pg_temp.bad_input_tests();
 SELECT results_eq(
     $$SELECT c.consumer, c.handler IS NOT NULL, c.output_stream_id IS NOT NULL,
              (SELECT string_agg(v.stream, ',') FROM ordered_events.consumers v WHERE v.consumer = c.consumer)

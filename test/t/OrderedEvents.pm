@@ -90,4 +90,74 @@ sub seqs_not_released_or_skipped_once
 	         WHERE k.stream = '$stream' AND g.seq BETWEEN k.gap_start AND k.gap_end) <> 1});
 }
 
+# The members of the extension ordered_events in a database, and its
+# schema, as (classid, objid, owner, kind): kind is acldefault()'s letter.
+my $members_sql = q{
+	WITH m AS (
+		SELECT d.classid, d.objid
+		  FROM pg_catalog.pg_depend d JOIN pg_catalog.pg_extension x ON x.oid = d.refobjid
+		 WHERE d.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass
+		   AND d.deptype = 'e' AND x.extname = 'ordered_events'
+		UNION
+		SELECT 'pg_catalog.pg_namespace'::pg_catalog.regclass, 'ordered_events'::pg_catalog.regnamespace)
+	SELECT m.classid, m.objid, o.owner, o.kind, o.acl
+	  FROM m CROSS JOIN LATERAL (
+		SELECT c.relowner, CASE c.relkind WHEN 'S' THEN 's' ELSE 'r' END, c.relacl
+		  FROM pg_catalog.pg_class c WHERE m.classid = 'pg_catalog.pg_class'::pg_catalog.regclass AND c.oid = m.objid
+		UNION ALL
+		SELECT p.proowner, 'f', p.proacl
+		  FROM pg_catalog.pg_proc p WHERE m.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass AND p.oid = m.objid
+		UNION ALL
+		SELECT n.nspowner, 'n', n.nspacl
+		  FROM pg_catalog.pg_namespace n WHERE m.classid = 'pg_catalog.pg_namespace'::pg_catalog.regclass AND n.oid = m.objid
+		UNION ALL
+		SELECT t.typowner, 'T', t.typacl
+		  FROM pg_catalog.pg_type t WHERE m.classid = 'pg_catalog.pg_type'::pg_catalog.regclass AND t.oid = m.objid
+	) o(owner, kind, acl)
+};
+
+# Every privilege on every member of the extension (and on its schema, and
+# on their columns) that a role other than the object's owner holds, one a
+# line: "<object> <privilege> to <grantee> by <grantor>[ with grant option]",
+# sorted.  A NULL ACL counts as its default (EXECUTE for PUBLIC on a
+# function).  Roles by name, so two clusters compare.
+sub member_privileges
+{
+	my ($node, $db) = @_;
+	return $node->safe_psql($db, qq{
+	WITH members AS ($members_sql),
+	acls AS (
+		SELECT m.classid, m.objid, 0 AS objsubid, m.owner,
+		       coalesce(m.acl, pg_catalog.acldefault(m.kind::"char", m.owner)) AS acl
+		  FROM members m
+		UNION ALL
+		SELECT m.classid, m.objid, a.attnum, m.owner, a.attacl
+		  FROM members m JOIN pg_catalog.pg_attribute a ON a.attrelid = m.objid
+		 WHERE m.classid = 'pg_catalog.pg_class'::pg_catalog.regclass AND a.attacl IS NOT NULL)
+	SELECT pg_catalog.string_agg(line, E'\\n' ORDER BY line)
+	  FROM (SELECT pg_catalog.format('%s %s to %s by %s%s',
+	                   pg_catalog.pg_describe_object(s.classid, s.objid, s.objsubid),
+	                   e.privilege_type,
+	                   CASE e.grantee WHEN 0 THEN 'PUBLIC' ELSE e.grantee::pg_catalog.regrole::text END,
+	                   e.grantor::pg_catalog.regrole,
+	                   CASE WHEN e.is_grantable THEN ' with grant option' ELSE '' END) AS line
+	          FROM acls s CROSS JOIN LATERAL pg_catalog.aclexplode(s.acl) e
+	         WHERE e.grantee <> s.owner) l});
+}
+
+# The initial privileges (pg_init_privs) of the members of the extension,
+# its schema and their columns: "<object> <initprivs>" a line, sorted.
+sub member_init_privs
+{
+	my ($node, $db) = @_;
+	return $node->safe_psql($db, qq{
+	WITH members AS ($members_sql)
+	SELECT pg_catalog.string_agg(line, E'\\n' ORDER BY line)
+	  FROM (SELECT pg_catalog.format('%s %s%s',
+	                   pg_catalog.pg_describe_object(i.classoid, i.objoid, i.objsubid), i.initprivs,
+	                   CASE i.privtype WHEN 'e' THEN '' ELSE ' (' || i.privtype::text || ')' END) AS line
+	          FROM pg_catalog.pg_init_privs i
+	          JOIN members m ON m.classid = i.classoid AND m.objid = i.objoid) l});
+}
+
 1;
