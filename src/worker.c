@@ -432,6 +432,7 @@ work_failed(const char *what, const char *unit, MemoryContext cycle_context)
 	if (note_failing(what, true))
 		ereport(LOG,
 				(errmsg("ordered_events could not %s: %s", what, edata->message),
+				 edata->hint ? errhint("%s", edata->hint) :
 				 errhint("The worker retries every cycle; see ordered_events.worker_status.")));
 	oe_slot_set_error("%s: %s", unit, edata->message);
 	FreeErrorData(edata);
