@@ -1,6 +1,6 @@
 # ordered_events: PGXS build.  `make`, `make install`, `make installcheck`
 # against a running server; `make test` and `make demo` do everything on a
-# fresh Debian machine (see README.md).
+# fresh Debian machine (README.md, "Quick start"; docs/contributing.md).
 
 EXTENSION = ordered_events
 EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" ordered_events.control)
@@ -34,7 +34,7 @@ PG_CPPFLAGS = -DOE_LIBRARY_VERSION='"$(EXTVERSION)"'
 
 # The install script of the current version is built from the schema's
 # source files, by concern, in this order; the update scripts are frozen
-# once released.
+# once released (docs/contributing.md, "Changing the schema").
 SCHEMA = streams privileges ingest release consumers handlers retention worker monitoring shard
 CURRENT_SCRIPT = ordered_events--$(EXTVERSION).sql
 DATA_built = $(CURRENT_SCRIPT)

@@ -40,7 +40,7 @@ END;
 $$;
 
 /* ------------------------------------------------------------------------
- * 1. Owners and privileges (DESIGN.md 8.1)
+ * 1. Owners and privileges (docs/security.md; docs/architecture.md, rule 15)
  * ------------------------------------------------------------------------
  */
 
@@ -1003,7 +1003,8 @@ COMMENT ON FUNCTION ordered_events.check_handler_timeout(interval) IS
     'Internal: the error for an invalid handler_timeout';
 
 /* ------------------------------------------------------------------------
- * 2. Handler limits (DESIGN.md 8.2, "Time limit")
+ * 2. Handler limits (docs/handlers.md, "A time limit"; docs/architecture.md,
+ *    rules 17 and 18)
  * ------------------------------------------------------------------------
  */
 
@@ -1435,7 +1436,7 @@ COMMENT ON FUNCTION ordered_events.lock_subscriptions(integer, integer) IS
 REVOKE EXECUTE ON FUNCTION ordered_events.lock_subscriptions(integer, integer) FROM PUBLIC;
 
 /* ------------------------------------------------------------------------
- * 4. The fence (DESIGN.md 8.4)
+ * 4. The fence (docs/concepts.md, "Gaps"; docs/architecture.md, rule 14)
  * ------------------------------------------------------------------------
  */
 

@@ -37,7 +37,7 @@
 #
 # Timing: psql's \timing (from sending to the last row received, planning
 # included) with the output to /dev/null, in one session per block after
-# one untimed run, with jit = off as README.md advises for a monitoring
+# one untimed run, with jit = off as docs/monitoring.md advises for a monitoring
 # role (with it on, a query whose cost estimate grows with the tables is
 # compiled: seconds at 10M events for a few ms of work).  A query is first run once at N: if that takes at most
 # a second, each side runs 20 times in 4 alternating blocks of 10 (N, 10k,
@@ -147,7 +147,7 @@ times() {
     if [ "$db" = "$BIG_DB" ]; then sql=${sql//@N@/$N}; else sql=${sql//@N@/$BASE}; fi
     {
         echo '\o /dev/null'
-        # as README.md sets up a monitoring role: short queries over big
+        # as docs/monitoring.md sets up a monitoring role: short queries over big
         # tables are not worth JIT-compiling
         echo 'SET jit = off;'
         [ "$warm" = 1 ] && echo "$sql;"

@@ -45,9 +45,9 @@
 # from 1,000, seqs from a sequence per stream; each round runs N events
 # a side (quick 10,000, full 100,000), the sides alternating, in 4
 # rounds (full: 10; short rounds, many of them, so that a disturbance
-# hits both sides), medians.  Ratio with / without in tps; no
-# target (the README reports it): the target column says >= 0 so the
-# verdict is always PASS.
+# hits both sides), medians.  Ratio with / without in tps; no target
+# (docs/operating.md, "What a retention costs", reports it): the target
+# column says >= 0 so the verdict is always PASS.
 #
 # Not in bench/run's default list (the full run takes several minutes);
 # run it by name:

@@ -58,7 +58,7 @@
 #
 # Not in bench/run's default list (it starts six more clusters); run it by
 # name:
-#   unshare -m --propagation private /tmp/private_bench.sh bench/run [--full] bench/sharding.sh
+#   unshare -m --propagation private bench/private bench/run [--full] bench/sharding.sh
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 

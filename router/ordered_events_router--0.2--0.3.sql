@@ -7,7 +7,8 @@
  * 0.3: the router has the worker of ordered_events call combine_all()
  * through a registration (ordered_events.register_cycle_hook(), new in
  * ordered_events 0.3), where 0.2's worker called it by name; and
- * combine() is cut into its parts.  Nothing else changes.
+ * combine() is cut into its parts; create_stream()'s hint names the docs
+ * of this version.  Nothing else changes.
  */
 
 DO $$
@@ -161,6 +162,50 @@ REVOKE EXECUTE ON FUNCTION
     ordered_events_router.gather_runs(ordered_events_router.stream),
     ordered_events_router.release_shards(ordered_events_router.stream, bigint)
 FROM PUBLIC;
+
+-- create_stream() as in 0.2, its hint pointing at the docs of this version.
+CREATE OR REPLACE FUNCTION ordered_events_router.create_stream(
+    stream text,
+    sequencing text DEFAULT 'global',
+    initial_sequence bigint DEFAULT 1,
+    gap_policy text DEFAULT 'wait',
+    gap_timeout interval DEFAULT NULL,
+    max_release_batch integer DEFAULT 10000)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF ordered_events_router.shard_count() = 0 THEN
+        RAISE EXCEPTION 'no shards are defined'
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'CREATE SERVER ordered_events_shards FOREIGN DATA WRAPPER plproxy OPTIONS (p0 ''dbname=... host=...'', p1 ...) and a user mapping; see docs/sharding.md, "Setting up".';
+    END IF;
+    -- the options as ordered_events checks them, the gap policy on the router
+    PERFORM ordered_events.check_release_options(sequencing, gap_policy, gap_timeout,
+                                                 max_release_batch);
+    IF gap_policy = 'fence' THEN
+        PERFORM ordered_events.invalid_option('gap_policy', gap_policy,
+            'A sharded stream takes ''wait'' or ''timeout'': append() allocates seqs on one server.');
+    END IF;
+    INSERT INTO ordered_events_router.stream
+        (stream, sequencing, initial_sequence, gap_policy, gap_timeout, max_release_batch,
+         range_end)
+    VALUES (create_stream.stream, create_stream.sequencing, create_stream.initial_sequence,
+            create_stream.gap_policy, create_stream.gap_timeout,
+            create_stream.max_release_batch, create_stream.initial_sequence);
+    FOR i IN 0 .. ordered_events_router.shard_count() - 1 LOOP
+        PERFORM ordered_events_router.on_shard_create_stream(
+            i, create_stream.stream, create_stream.sequencing, create_stream.initial_sequence,
+            create_stream.max_release_batch);
+        IF create_stream.sequencing = 'global' THEN
+            PERFORM ordered_events_router.on_shard_shard_stream(i, create_stream.stream);
+            INSERT INTO ordered_events_router.shard_stream (shard, stream, released_through)
+            VALUES (i, create_stream.stream, create_stream.initial_sequence);
+        END IF;
+    END LOOP;
+END;
+$$;
 
 -- The worker of ordered_events calls combine_all() every cycle.
 SELECT ordered_events.register_cycle_hook('ordered_events_router.combine_all()');

@@ -5,7 +5,7 @@
 
 /*
  * The router of streams sharded over several ordered_events servers
- * (README.md, "Sharding").  PL/Proxy routes the calls: the shards are the
+ * (docs/sharding.md).  PL/Proxy routes the calls: the shards are the
  * partitions of the SQL/MED server ordered_events_shards, a power of two
  * of them, each a database with ordered_events.  A key's events go to the
  * shard hashtext(key) picks, so a key lives on one shard.
@@ -216,7 +216,7 @@ BEGIN
     IF ordered_events_router.shard_count() = 0 THEN
         RAISE EXCEPTION 'no shards are defined'
             USING ERRCODE = 'object_not_in_prerequisite_state',
-                  HINT = 'CREATE SERVER ordered_events_shards FOREIGN DATA WRAPPER plproxy OPTIONS (p0 ''dbname=... host=...'', p1 ...) and a user mapping; see README.md, "Sharding".';
+                  HINT = 'CREATE SERVER ordered_events_shards FOREIGN DATA WRAPPER plproxy OPTIONS (p0 ''dbname=... host=...'', p1 ...) and a user mapping; see docs/sharding.md, "Setting up".';
     END IF;
     -- the options as ordered_events checks them, the gap policy on the router
     PERFORM ordered_events.check_release_options(sequencing, gap_policy, gap_timeout,

@@ -1,9 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * consumer_read.c
- *	  read() and peek(): a consumer's next events in merged order, and
- *	  key_partition().  Processing steps of handler consumers (handler.c)
- *	  take their events here too, through oe_consumer_take().
+ *	  read() and peek(): a consumer's next events in merged order.
+ *	  Processing steps of handler consumers (handler.c) take their events
+ *	  here too, through oe_consumer_take().
  *
  * A consumer partition has a position in each stream it subscribes to:
  * (read_delivery, read_seq), the release log row and seq of the last event
@@ -219,7 +219,7 @@ typedef struct ReadContext
  * read_here(read_xid xid8, row_xmin xid) returns boolean
  *
  * Whether the current transaction read the subscription row: see
- * ordered_events--0.1--0.2.sql.
+ * committed_position() in src/sql/consumers.sql.
  */
 PG_FUNCTION_INFO_V1(oe_read_here);
 Datum

@@ -308,7 +308,7 @@ oe_stored_xid(Datum value, bool isnull, FullTransactionId *xid)
  * time zone as timestamptz + interval is (a month is a calendar month, a
  * day a calendar day).  first_seen <= now - gap_timeout is not the same
  * test: from 31 January, one month has passed on 28 February by this one,
- * on 3 March by that one.
+ * on 1 March by that one.
  */
 bool
 oe_gap_expired(TimestampTz first_seen, Interval *gap_timeout, TimestampTz now)

@@ -4,7 +4,7 @@
  *	  Internal interface shared by the modules of the ordered_events extension.
  *
  * Every internal symbol starts with "oe_".  The SQL objects live in the fixed
- * schema "ordered_events"; see ordered_events--*.sql for the tables.
+ * schema "ordered_events"; see the files of src/sql/ for the tables.
  *
  *-------------------------------------------------------------------------
  */

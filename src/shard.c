@@ -2,12 +2,12 @@
  *
  * shard.c
  *	  A shard's part of a global stream spread over several servers: its
- *	  range is set by a router (README.md, "Sharding"), never by its own
+ *	  range is set by a router (docs/sharding.md), never by its own
  *	  release steps.
  *
  * A sharded stream holds the events of the keys that hash to this shard;
  * its seqs are spread over every shard.  The router asks each shard for
- * the runs of seqs it holds (shard_runs() in the install script), combines
+ * the runs of seqs it holds (shard_runs(), src/sql/shard.sql), combines
  * them into the global contiguous range, and tells each shard to release
  * its events below the range's end: release_through() here.  A seq this
  * shard does not hold is on another one, not a gap.

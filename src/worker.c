@@ -19,8 +19,8 @@
  * processing step (handler.c) for every partition of a handler consumer
  * with events to apply, each in its own transaction, so events released by
  * the cycle are applied in the same cycle.  Last, it compacts every stream
- * with released events to count or events to delete (compact_stream() in
- * the install script), a batch per transaction, and calls the cycle hooks
+ * with released events to count or events to delete (compact_stream(),
+ * compaction.c), a batch per transaction, and calls the cycle hooks
  * that other extensions registered (ordered_events.cycle_hook: a router's
  * combine step of its sharded streams), each in its own transaction.  An
  * error in one stream or partition is caught, logged once, shown in
@@ -548,7 +548,7 @@ static OePlan compact_plan = {
 
 /*
  * One batch of compaction (counting and retention, see compact_stream() in
- * the install scripts) for one stream (unit: its name) in its own
+ * compaction.c) for one stream (unit: its name) in its own
  * transaction, like release_step(), also in leaving a stream whose lock is
  * held to the next cycle.  Returns true if the stream may have more.
  */
@@ -689,7 +689,7 @@ latch_is_set(void)
 
 /*
  * The handler consumers' partitions with events to apply (see
- * consumers_with_work() in the install script), in cycle_context, as
+ * consumers_with_work() in src/sql/handlers.sql), in cycle_context, as
  * ConsumerPartitions.  False if the extension is not installed.
  */
 static bool
@@ -890,8 +890,8 @@ set_worker_session(void)
 	/*
 	 * Every unit of work reads the latest committed state after its locks,
 	 * whatever the database's or the server's default: a compaction under
-	 * an older snapshot would miss a new subscription (see compact_stream()
-	 * in ordered_events--0.2--0.3.sql), and REPEATABLE READ fails with
+	 * an older snapshot would miss a new subscription (see the banner of
+	 * compaction.c), and REPEATABLE READ fails with
 	 * 40001 where a row changed since the snapshot.
 	 */
 	SetConfigOption("default_transaction_isolation", "read committed",
