@@ -347,8 +347,18 @@ oe_launcher_main(Datum arg)
 static OeWorkerSlot *my_slot = NULL;
 static Oid	version_checked_for = InvalidOid;	/* the extension last checked */
 
-/* Per-worker memory of which units of work failed last time, to log once. */
+/*
+ * Per-worker memory of which units of work failed last time, to log once:
+ * what failed, and the phase whose unit it is (-1 for a listing).
+ */
+typedef struct FailingUnit
+{
+	char	   *what;
+	int			phase;
+} FailingUnit;
+
 static List *failing_units = NIL;
+static int	running_phase = -1;	/* the phase whose steps run now */
 
 /* Warn once per installation if its SQL objects are of another version. */
 static void
@@ -385,14 +395,17 @@ note_failing(const char *name, bool failing)
 {
 	ListCell   *lc;
 	MemoryContext old;
+	FailingUnit *unit;
 
 	foreach(lc, failing_units)
 	{
-		if (strcmp(lfirst(lc), name) == 0)
+		unit = lfirst(lc);
+		if (strcmp(unit->what, name) == 0)
 		{
 			if (!failing)
 			{
-				pfree(lfirst(lc));
+				pfree(unit->what);
+				pfree(unit);
 				failing_units = foreach_delete_current(failing_units, lc);
 				/* worker_status shows an error while something fails. */
 				if (failing_units == NIL)
@@ -404,7 +417,10 @@ note_failing(const char *name, bool failing)
 	if (!failing)
 		return false;
 	old = MemoryContextSwitchTo(TopMemoryContext);
-	failing_units = lappend(failing_units, pstrdup(name));
+	unit = palloc(sizeof(FailingUnit));
+	unit->what = pstrdup(name);
+	unit->phase = running_phase;
+	failing_units = lappend(failing_units, unit);
 	MemoryContextSwitchTo(old);
 	return true;
 }
@@ -511,11 +527,17 @@ lock_stream_nowait(const OeStream *stream)
  * worker_status.  Returns true if the step released a whole batch: the
  * stream may have more.
  */
+static char *
+release_what(const void *unit)
+{
+	return psprintf("release stream \"%s\"", (const char *) unit);
+}
+
 static bool
 release_step(void *unit, CycleTotals *totals, MemoryContext cycle_context)
 {
 	const char *name = unit;
-	char	   *what = psprintf("release stream \"%s\"", name);
+	char	   *what = release_what(unit);
 	int64		released = 0;
 	bool		full = false;
 
@@ -552,11 +574,17 @@ static OePlan compact_plan = {
  * transaction, like release_step(), also in leaving a stream whose lock is
  * held to the next cycle.  Returns true if the stream may have more.
  */
+static char *
+compact_what(const void *unit)
+{
+	return psprintf("compact stream \"%s\"", (const char *) unit);
+}
+
 static bool
 compact_step(void *unit, CycleTotals *totals, MemoryContext cycle_context)
 {
 	const char *name = unit;
-	char	   *what = psprintf("compact stream \"%s\"", name);
+	char	   *what = compact_what(unit);
 	bool		more = false;
 
 	oe_slot_set_current(name, NULL);
@@ -601,12 +629,19 @@ typedef struct ConsumerPartition
  * to the next cycle without waiting.  Returns true if it applied a whole
  * batch: the partition may have more.
  */
+static char *
+process_what(const void *unit)
+{
+	const ConsumerPartition *cp = unit;
+
+	return psprintf("process consumer \"%s\" partition %d", cp->consumer, cp->partition);
+}
+
 static bool
 process_step(void *unit, CycleTotals *totals, MemoryContext cycle_context)
 {
 	const ConsumerPartition *cp = unit;
-	char	   *what = psprintf("process consumer \"%s\" partition %d",
-								cp->consumer, cp->partition);
+	char	   *what = process_what(unit);
 	int64		applied = 0;
 
 	oe_slot_set_current(NULL, cp->consumer);
@@ -640,11 +675,17 @@ static OePlan hook_call_plan = {
  * true if the hook did something (its result is positive): it may have
  * more, which the next cycle calls for at once.
  */
+static char *
+hook_what(const void *unit)
+{
+	return psprintf("run the cycle hook %s", (const char *) unit);
+}
+
 static bool
 hook_step(void *unit, CycleTotals *totals, MemoryContext cycle_context)
 {
 	const char *hook = unit;
-	char	   *what = psprintf("run the cycle hook %s", hook);
+	char	   *what = hook_what(unit);
 	bool		more = false;
 
 	PG_TRY();
@@ -800,6 +841,7 @@ typedef struct WorkerPhase
 	const char *state;			/* worker_status state while it runs */
 	bool		(*list_units) (MemoryContext cycle_context, List **units);
 	bool		(*run_step) (void *unit, CycleTotals *totals, MemoryContext cycle_context);
+	char	   *(*describe) (const void *unit);	/* "what" of a unit's failure */
 	bool		one_round;		/* a unit with more waits for the next cycle */
 } WorkerPhase;
 
@@ -809,10 +851,10 @@ typedef struct WorkerPhase
  * combine step polls its shards once a cycle).
  */
 static const WorkerPhase phases[] = {
-	{"releasing", list_streams_with_work, release_step, false},
-	{"processing", list_consumers_with_work, process_step, false},
-	{"compacting", list_streams_to_compact, compact_step, false},
-	{"combining", list_cycle_hooks, hook_step, true},
+	{"releasing", list_streams_with_work, release_step, release_what, false},
+	{"processing", list_consumers_with_work, process_step, process_what, false},
+	{"compacting", list_streams_to_compact, compact_step, compact_what, false},
+	{"combining", list_cycle_hooks, hook_step, hook_what, true},
 };
 
 /*
@@ -845,6 +887,38 @@ run_phase(const WorkerPhase *phase, List *units, CycleTotals *totals,
 }
 
 /*
+ * Forget the failures of a phase's units that its listing no longer names
+ * (a stream or consumer dropped, a hook whose extension was dropped, a
+ * unit with nothing left to do): no step of theirs will succeed to clear
+ * them, and worker_status would show their error for good.
+ */
+static void
+forget_vanished_units(int phase, List *units)
+{
+	List	   *vanished = NIL;
+	ListCell   *lc;
+
+	foreach(lc, failing_units)
+	{
+		FailingUnit *failing = lfirst(lc);
+		bool		listed = false;
+		ListCell   *uc;
+
+		/* a failed listing names nothing: forget nothing after it */
+		if (failing->phase == -1)
+			return;
+		if (failing->phase != phase)
+			continue;
+		foreach(uc, units)
+			listed = listed || strcmp(phases[phase].describe(lfirst(uc)), failing->what) == 0;
+		if (!listed)
+			vanished = lappend(vanished, pstrdup(failing->what));
+	}
+	foreach(lc, vanished)
+		(void) note_failing(lfirst(lc), false);
+}
+
+/*
  * One cycle: every phase in turn, each even when a commit cut the one
  * before short.  Returns true if some unit may have more work right away.
  */
@@ -864,10 +938,13 @@ run_cycle(MemoryContext cycle_context)
 			oe_slot_set_state("waiting for extension");
 			return false;
 		}
+		forget_vanished_units(i, units);
 		oe_slot_set_state(phases[i].state);
 		oe_slot_set_current(NULL, NULL);
+		running_phase = i;
 		if (run_phase(&phases[i], units, &totals, cycle_context))
 			more = true;
+		running_phase = -1;
 	}
 	oe_slot_count_cycle(totals.released, totals.processed, started);
 	oe_slot_set_state("idle");

@@ -89,5 +89,31 @@ ok( $node->poll_query_until('postgres', q{
 	SELECT last_error IS NULL FROM ordered_events.worker_status WHERE database = 'postgres'}),
 	'and last_error is cleared');
 
+# A failing unit that goes away (its stream dropped while it fails) takes
+# its error with it: no step of it will ever succeed to clear it.
+$node->safe_psql('postgres', q{
+	SELECT ordered_events.create_stream('c');
+	SELECT ordered_events.ingest('c', 1, 'k')});
+ok( $node->poll_query_until('postgres', q{
+	SELECT range_end FROM ordered_events.ranges WHERE stream = 'c'}, '2'),
+	'c has released once: its progress row exists');
+$holder = $node->background_psql('postgres');
+$holder->query_safe('BEGIN');
+$holder->query_safe(q{
+	SELECT FROM ordered_events.progress p
+	  JOIN ordered_events.stream_def d USING (stream_id)
+	 WHERE d.stream = 'c' FOR UPDATE OF p});
+$node->safe_psql('postgres', q{SELECT ordered_events.ingest('c', 2, 'k')});
+ok( $node->poll_query_until('postgres', q{
+	SELECT last_error LIKE 'stream c: %lock timeout%'
+	  FROM ordered_events.worker_status WHERE database = 'postgres'}),
+	'c fails');
+$holder->query_safe(q{SELECT ordered_events.drop_stream('c')});
+$holder->query_safe('COMMIT');
+$holder->quit;
+ok( $node->poll_query_until('postgres', q{
+	SELECT last_error IS NULL FROM ordered_events.worker_status WHERE database = 'postgres'}),
+	'dropped while failing, c leaves no error behind');
+
 $node->stop;
 done_testing();
