@@ -485,6 +485,41 @@ end_work(void)
 	MemoryContextSwitchTo(work_caller_context);
 }
 
+/*
+ * Run a unit of work in a transaction of its own (begin_work()): "work",
+ * if the extension is installed; an error is the unit's (work_failed()),
+ * "what" and "unit" as there.  Returns false after an error, when what
+ * "work" left in its argument does not count.  *installed (if not NULL)
+ * tells whether the extension is installed; after an error, true: the
+ * unit failed, not the installation.
+ */
+static bool
+run_unit(const char *what, const char *unit, void (*work) (void *arg), void *arg,
+		 MemoryContext cycle_context, bool *installed)
+{
+	volatile bool ok = true;
+	volatile bool found = true;
+
+	PG_TRY();
+	{
+		found = begin_work();
+		if (found)
+			work(arg);
+		end_work();
+		note_failing(what, false);
+	}
+	PG_CATCH();
+	{
+		work_failed(what, unit, cycle_context);
+		ok = false;
+		found = true;
+	}
+	PG_END_TRY();
+	if (installed != NULL)
+		*installed = found;
+	return ok;
+}
+
 /* What a cycle's steps added up, for worker_status. */
 typedef struct CycleTotals
 {
@@ -520,47 +555,51 @@ lock_stream_nowait(const OeStream *stream)
 	return locked;
 }
 
-/*
- * One release step for one stream (unit: its name) in its own transaction.
- * Another transaction holding the stream's lock leaves it to the next
- * cycle; an error is logged when the stream starts failing and recorded in
- * worker_status.  Returns true if the step released a whole batch: the
- * stream may have more.
- */
+/* What a release step of a stream is called in the log ("could not <what>"). */
 static char *
 release_what(const void *unit)
 {
 	return psprintf("release stream \"%s\"", (const char *) unit);
 }
 
+/* What release_work() leaves for release_step(). */
+typedef struct ReleaseWork
+{
+	const char *name;
+	int64		released;
+	bool		full;			/* a whole batch: the stream may have more */
+} ReleaseWork;
+
+static void
+release_work(void *arg)
+{
+	ReleaseWork *w = arg;
+	OeStream	stream;
+
+	if (oe_lookup_stream(w->name, &stream) && lock_stream_nowait(&stream))
+	{
+		w->released = oe_release_stream(&stream);
+		w->full = w->released > 0 && w->released >= stream.max_release_batch;
+	}
+}
+
+/*
+ * One release step for one stream (unit: its name), by run_unit().  Another
+ * transaction holding the stream's lock leaves it to the next cycle.
+ * Returns true if the step released a whole batch: the stream may have
+ * more.
+ */
 static bool
 release_step(void *unit, CycleTotals *totals, MemoryContext cycle_context)
 {
-	const char *name = unit;
-	char	   *what = release_what(unit);
-	int64		released = 0;
-	bool		full = false;
+	ReleaseWork w = {unit, 0, false};
 
-	oe_slot_set_current(name, NULL);
-	PG_TRY();
-	{
-		OeStream	stream;
-
-		released = begin_work() && oe_lookup_stream(name, &stream) &&
-			lock_stream_nowait(&stream) ? oe_release_stream(&stream) : 0;
-		full = released > 0 && released >= stream.max_release_batch;
-		end_work();
-		note_failing(what, false);
-	}
-	PG_CATCH();
-	{
-		work_failed(what, psprintf("stream %s", name), cycle_context);
-		released = 0;
-		full = false;
-	}
-	PG_END_TRY();
-	totals->released += released;
-	return full;
+	oe_slot_set_current(unit, NULL);
+	if (!run_unit(release_what(unit), psprintf("stream %s", (const char *) unit),
+				  release_work, &w, cycle_context, NULL))
+		return false;
+	totals->released += w.released;
+	return w.full;
 }
 
 static OePlan compact_plan = {
@@ -568,51 +607,53 @@ static OePlan compact_plan = {
 	1, {INT4OID}
 };
 
-/*
- * One batch of compaction (counting and retention, see compact_stream() in
- * compaction.c) for one stream (unit: its name) in its own
- * transaction, like release_step(), also in leaving a stream whose lock is
- * held to the next cycle.  Returns true if the stream may have more.
- */
+/* What a compaction batch of a stream is called in the log ("could not <what>"). */
 static char *
 compact_what(const void *unit)
 {
 	return psprintf("compact stream \"%s\"", (const char *) unit);
 }
 
+/* What compact_work() leaves for compact_step(). */
+typedef struct CompactWork
+{
+	const char *name;
+	bool		more;
+} CompactWork;
+
+static void
+compact_work(void *arg)
+{
+	CompactWork *w = arg;
+	OeStream	stream;
+
+	if (oe_lookup_stream(w->name, &stream) && lock_stream_nowait(&stream))
+	{
+		Datum		id = Int32GetDatum(stream.stream_id);
+		OeInternalScope scope;
+		bool		isnull;
+
+		oe_internal_begin(&scope, oe_relations()->owner);
+		oe_run_plan(&compact_plan, &id, NULL, SPI_OK_SELECT);
+		w->more = DatumGetBool(oe_result(0, 1, &isnull));
+		oe_internal_end(&scope);
+	}
+}
+
+/*
+ * One batch of compaction (counting and retention, see compaction.c) for
+ * one stream (unit: its name), by run_unit(), like release_step(), also in
+ * leaving a stream whose lock is held to the next cycle.  Returns true if
+ * the stream may have more.
+ */
 static bool
 compact_step(void *unit, CycleTotals *totals, MemoryContext cycle_context)
 {
-	const char *name = unit;
-	char	   *what = compact_what(unit);
-	bool		more = false;
+	CompactWork w = {unit, false};
 
-	oe_slot_set_current(name, NULL);
-	PG_TRY();
-	{
-		OeStream	stream;
-
-		if (begin_work() && oe_lookup_stream(name, &stream) && lock_stream_nowait(&stream))
-		{
-			Datum		id = Int32GetDatum(stream.stream_id);
-			OeInternalScope scope;
-			bool		isnull;
-
-			oe_internal_begin(&scope, oe_relations()->owner);
-			oe_run_plan(&compact_plan, &id, NULL, SPI_OK_SELECT);
-			more = DatumGetBool(oe_result(0, 1, &isnull));
-			oe_internal_end(&scope);
-		}
-		end_work();
-		note_failing(what, false);
-	}
-	PG_CATCH();
-	{
-		work_failed(what, psprintf("stream %s", name), cycle_context);
-		more = false;
-	}
-	PG_END_TRY();
-	return more;
+	oe_slot_set_current(unit, NULL);
+	return run_unit(compact_what(unit), psprintf("stream %s", (const char *) unit),
+					compact_work, &w, cycle_context, NULL) && w.more;
 }
 
 /* A handler consumer's partition with events to apply. */
@@ -622,13 +663,7 @@ typedef struct ConsumerPartition
 	int32		partition;
 } ConsumerPartition;
 
-/*
- * One processing step for a partition of a handler consumer (unit: a
- * ConsumerPartition), in its own transaction, like release_step().  A
- * partition that another transaction holds (a process() by hand) is left
- * to the next cycle without waiting.  Returns true if it applied a whole
- * batch: the partition may have more.
- */
+/* What a processing step of a consumer partition is called in the log ("could not <what>"). */
 static char *
 process_what(const void *unit)
 {
@@ -637,29 +672,41 @@ process_what(const void *unit)
 	return psprintf("process consumer \"%s\" partition %d", cp->consumer, cp->partition);
 }
 
+/* What process_work() leaves for process_step(). */
+typedef struct ProcessWork
+{
+	const ConsumerPartition *cp;
+	int64		applied;
+} ProcessWork;
+
+static void
+process_work(void *arg)
+{
+	ProcessWork *w = arg;
+
+	if (oe_consumer_lock_nowait(w->cp->consumer, w->cp->partition))
+		w->applied = oe_process_partition(w->cp->consumer, w->cp->partition,
+										  OE_PROCESS_BATCH);
+}
+
+/*
+ * One processing step for a partition of a handler consumer (unit: a
+ * ConsumerPartition), by run_unit().  A partition that another transaction
+ * holds (a process() by hand) is left to the next cycle without waiting.
+ * Returns true if it applied a whole batch: the partition may have more.
+ */
 static bool
 process_step(void *unit, CycleTotals *totals, MemoryContext cycle_context)
 {
 	const ConsumerPartition *cp = unit;
-	char	   *what = process_what(unit);
-	int64		applied = 0;
+	ProcessWork w = {cp, 0};
 
 	oe_slot_set_current(NULL, cp->consumer);
-	PG_TRY();
-	{
-		if (begin_work() && oe_consumer_lock_nowait(cp->consumer, cp->partition))
-			applied = oe_process_partition(cp->consumer, cp->partition, OE_PROCESS_BATCH);
-		end_work();
-		note_failing(what, false);
-	}
-	PG_CATCH();
-	{
-		work_failed(what, psprintf("consumer %s", cp->consumer), cycle_context);
-		applied = 0;
-	}
-	PG_END_TRY();
-	totals->processed += applied;
-	return applied >= OE_PROCESS_BATCH;
+	if (!run_unit(process_what(unit), psprintf("consumer %s", cp->consumer),
+				  process_work, &w, cycle_context, NULL))
+		return false;
+	totals->processed += w.applied;
+	return w.applied >= OE_PROCESS_BATCH;
 }
 
 static OePlan hook_call_plan = {
@@ -667,57 +714,55 @@ static OePlan hook_call_plan = {
 	1, {TEXTOID}
 };
 
-/*
- * One call of a cycle hook that another extension registered (unit: the
- * hook's name, see ordered_events.cycle_hooks()), in its own transaction
- * as the extension's owner, like release_step().  The hook is looked up
- * again: its extension may have been dropped since the listing.  Returns
- * true if the hook did something (its result is positive): it may have
- * more, which the next cycle calls for at once.
- */
+/* What a call of a cycle hook is called in the log ("could not <what>"). */
 static char *
 hook_what(const void *unit)
 {
 	return psprintf("run the cycle hook %s", (const char *) unit);
 }
 
+/* What hook_work() leaves for hook_step(). */
+typedef struct HookWork
+{
+	const char *hook;
+	bool		more;
+} HookWork;
+
+static void
+hook_work(void *arg)
+{
+	HookWork   *w = arg;
+	Datum		name = CStringGetTextDatum(w->hook);
+	OeInternalScope scope;
+	bool		isnull;
+
+	oe_internal_begin(&scope, oe_relations()->owner);
+	oe_run_plan(&hook_call_plan, &name, NULL, SPI_OK_SELECT);
+	if (SPI_processed == 1)
+	{
+		char	   *call = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+
+		if (SPI_execute(call, false, 0) != SPI_OK_SELECT || SPI_processed != 1)
+			elog(ERROR, "calling the cycle hook %s failed", w->hook);
+		w->more = DatumGetInt64(oe_result(0, 1, &isnull)) > 0 && !isnull;
+	}
+	oe_internal_end(&scope);
+}
+
+/*
+ * One call of a cycle hook that another extension registered (unit: the
+ * hook's name, see ordered_events.cycle_hooks()), by run_unit(), as the
+ * extension's owner.  The hook is looked up again: its extension may have
+ * been dropped since the listing.  Returns true if the hook did something
+ * (its result is positive): it may have more, which the next cycle calls
+ * for at once.
+ */
 static bool
 hook_step(void *unit, CycleTotals *totals, MemoryContext cycle_context)
 {
-	const char *hook = unit;
-	char	   *what = hook_what(unit);
-	bool		more = false;
+	HookWork	w = {unit, false};
 
-	PG_TRY();
-	{
-		if (begin_work())
-		{
-			Datum		name = CStringGetTextDatum(hook);
-			OeInternalScope scope;
-			bool		isnull;
-
-			oe_internal_begin(&scope, oe_relations()->owner);
-			oe_run_plan(&hook_call_plan, &name, NULL, SPI_OK_SELECT);
-			if (SPI_processed == 1)
-			{
-				char	   *call = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
-
-				if (SPI_execute(call, false, 0) != SPI_OK_SELECT || SPI_processed != 1)
-					elog(ERROR, "calling the cycle hook %s failed", hook);
-				more = DatumGetInt64(oe_result(0, 1, &isnull)) > 0 && !isnull;
-			}
-			oe_internal_end(&scope);
-		}
-		end_work();
-		note_failing(what, false);
-	}
-	PG_CATCH();
-	{
-		work_failed(what, hook, cycle_context);
-		more = false;
-	}
-	PG_END_TRY();
-	return more;
+	return run_unit(hook_what(unit), unit, hook_work, &w, cycle_context, NULL) && w.more;
 }
 
 /* Whether a commit set the latch since it was last reset; does not wait. */
@@ -728,6 +773,38 @@ latch_is_set(void)
 					  PG_WAIT_EXTENSION) & WL_LATCH_SET) != 0;
 }
 
+/* What consumers_work() leaves for list_consumers_with_work(). */
+typedef struct ListWork
+{
+	const char *query;			/* for list_names() */
+	MemoryContext cycle_context;
+	List	   *units;
+} ListWork;
+
+static void
+consumers_work(void *arg)
+{
+	ListWork   *w = arg;
+	OeInternalScope scope;
+
+	oe_internal_begin(&scope, oe_relations()->owner);
+	if (SPI_execute("SELECT consumer, partition FROM ordered_events.consumers_with_work()",
+					true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "listing the consumers with work failed");
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		MemoryContext old = MemoryContextSwitchTo(w->cycle_context);
+		ConsumerPartition *cp = palloc(sizeof(ConsumerPartition));
+		bool		isnull;
+
+		cp->consumer = TextDatumGetCString(oe_result(i, 1, &isnull));
+		cp->partition = DatumGetInt32(oe_result(i, 2, &isnull));
+		w->units = lappend(w->units, cp);
+		MemoryContextSwitchTo(old);
+	}
+	oe_internal_end(&scope);
+}
+
 /*
  * The handler consumers' partitions with events to apply (see
  * consumers_with_work() in src/sql/handlers.sql), in cycle_context, as
@@ -736,77 +813,40 @@ latch_is_set(void)
 static bool
 list_consumers_with_work(MemoryContext cycle_context, List **partitions)
 {
-	bool		installed = false;
+	ListWork	w = {NULL, cycle_context, NIL};
+	bool		installed;
 
-	*partitions = NIL;
-	PG_TRY();
-	{
-		installed = begin_work();
-		if (installed)
-		{
-			OeInternalScope scope;
-
-			oe_internal_begin(&scope, oe_relations()->owner);
-			if (SPI_execute("SELECT consumer, partition FROM ordered_events.consumers_with_work()",
-							true, 0) != SPI_OK_SELECT)
-				elog(ERROR, "listing the consumers with work failed");
-			for (uint64 i = 0; i < SPI_processed; i++)
-			{
-				MemoryContext old = MemoryContextSwitchTo(cycle_context);
-				ConsumerPartition *cp = palloc(sizeof(ConsumerPartition));
-				bool		isnull;
-
-				cp->consumer = TextDatumGetCString(oe_result(i, 1, &isnull));
-				cp->partition = DatumGetInt32(oe_result(i, 2, &isnull));
-				*partitions = lappend(*partitions, cp);
-				MemoryContextSwitchTo(old);
-			}
-			oe_internal_end(&scope);
-		}
-		end_work();
-		note_failing("list the consumers with work", false);
-	}
-	PG_CATCH();
-	{
-		work_failed("list the consumers with work", "listing consumers", cycle_context);
-		*partitions = NIL;
-		installed = true;
-	}
-	PG_END_TRY();
+	if (!run_unit("list the consumers with work", "listing consumers", consumers_work, &w,
+				  cycle_context, &installed))
+		w.units = NIL;
+	*partitions = w.units;
 	return installed;
 }
 
+static void
+names_work(void *arg)
+{
+	ListWork   *w = arg;
+
+	check_extension_version();
+	w->units = oe_stream_names(w->query, w->cycle_context);
+}
+
 /*
- * The names a query lists (streams or cycle hooks, see the install
- * script), in cycle_context; false if the extension is not installed.  An
- * error is recorded like a unit's, "unit" naming the listing in
- * worker_status.
+ * The names a query lists (streams or cycle hooks, see src/sql/), in
+ * cycle_context; false if the extension is not installed.  An error is
+ * recorded like a unit's, "unit" naming the listing in worker_status.
  */
 static bool
 list_names(const char *query, const char *what, const char *unit,
 		   MemoryContext cycle_context, List **names)
 {
-	bool		installed = false;
+	ListWork	w = {query, cycle_context, NIL};
+	bool		installed;
 
-	*names = NIL;
-	PG_TRY();
-	{
-		installed = begin_work();
-		if (installed)
-		{
-			check_extension_version();
-			*names = oe_stream_names(query, cycle_context);
-		}
-		end_work();
-		note_failing(what, false);
-	}
-	PG_CATCH();
-	{
-		work_failed(what, unit, cycle_context);
-		*names = NIL;
-		installed = true;
-	}
-	PG_END_TRY();
+	if (!run_unit(what, unit, names_work, &w, cycle_context, &installed))
+		w.units = NIL;
+	*names = w.units;
 	return installed;
 }
 
