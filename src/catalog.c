@@ -346,8 +346,8 @@ objects_fit(void)
 }
 
 /* The version of an installed extension (pg_extension.extversion), palloc'd. */
-static char *
-extension_version(Oid extension)
+char *
+oe_extension_version(Oid extension)
 {
 	Relation	rel = table_open(ExtensionRelationId, AccessShareLock);
 	ScanKeyData key;
@@ -381,7 +381,7 @@ log_update_needed(Oid extension)
 {
 	static Oid	logged_for = InvalidOid;
 	static char logged_version[NAMEDATALEN] = "";
-	char	   *version = extension_version(extension);
+	char	   *version = oe_extension_version(extension);
 
 	if (logged_for == extension && strcmp(logged_version, version) == 0)
 		return;

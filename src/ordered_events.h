@@ -418,6 +418,7 @@ extern int64 oe_next_arrival(void);
 /* catalog.c */
 extern void oe_catalog_init(void);
 extern bool oe_lock_extension(void);
+extern char *oe_extension_version(Oid extension);
 extern const OeRelations *oe_relations(void);
 extern bool oe_lookup_stream(const char *name, OeStream *stream);
 extern OeStream oe_stream_or_error(text *name);

@@ -364,26 +364,17 @@ static int	running_phase = -1;	/* the phase whose steps run now */
 static void
 check_extension_version(void)
 {
-	OeInternalScope scope;
 	char	   *installed;
 
 	if (version_checked_for == oe_relations()->extension)
 		return;
 	version_checked_for = oe_relations()->extension;
-
-	oe_internal_begin(&scope, oe_relations()->owner);
-	if (SPI_execute("SELECT extversion FROM pg_catalog.pg_extension "
-					"WHERE extname OPERATOR(pg_catalog.=) 'ordered_events'",
-					true, 1) != SPI_OK_SELECT ||
-		SPI_processed != 1)
-		elog(ERROR, "reading the version of ordered_events failed");
-	installed = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+	installed = oe_extension_version(version_checked_for);
 	if (strcmp(installed, OE_LIBRARY_VERSION) != 0)
 		ereport(WARNING,
 				(errmsg("ordered_events library version %s differs from the extension version %s installed in database \"%s\"",
 						OE_LIBRARY_VERSION, installed, my_slot->dbname),
 				 errhint("Run ALTER EXTENSION ordered_events UPDATE in that database.")));
-	oe_internal_end(&scope);
 }
 
 /*
