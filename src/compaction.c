@@ -491,25 +491,10 @@ stream_of_id(int32 stream_id, OeStream *stream)
 	return name != NULL && oe_lookup_stream(name, stream) && stream->stream_id == stream_id;
 }
 
-/*
- * compact_stream(stream_id integer, OUT deleted bigint, OUT more boolean)
- *
- * One batch of compaction for the stream (see the banner): the number of
- * events deleted, and whether there may be more to do.  (0, false) for a
- * stream that does not exist.
- */
-PG_FUNCTION_INFO_V1(oe_compact_stream);
-Datum
-oe_compact_stream(PG_FUNCTION_ARGS)
+/* The error for a transaction whose snapshot compaction cannot use (banner). */
+static void
+check_isolation(void)
 {
-	Compaction	c;
-	OeStream	stream;
-	TupleDesc	desc;
-	Datum		values[2];
-	bool		nulls[2] = {false, false};
-
-	memset(&c, 0, sizeof(c));
-	c.clock = GetCurrentTimestamp();
 	if (IsolationUsesXactSnapshot())
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_TRANSACTION_STATE),
@@ -517,13 +502,48 @@ oe_compact_stream(PG_FUNCTION_ARGS)
 						IsolationIsSerializable() ? "serializable" : "repeatable read"),
 				 errdetail("Compaction must see the consumers' positions as committed once it holds the stream's lock; this transaction's snapshot may predate a subscription whose unread events it would delete."),
 				 errhint("Call ordered_events.compact() in a READ COMMITTED transaction, or let the background worker compact: it always uses READ COMMITTED.")));
+}
 
+/*
+ * One batch of compaction of the stream (see the banner), in the caller's
+ * transaction: the number of events deleted; *more if there may be more to
+ * do.  What compact_stream() and the worker (worker.c) run.
+ */
+int64
+oe_compact(const OeStream *stream, bool *more)
+{
+	Compaction	c;
+
+	check_isolation();
+	memset(&c, 0, sizeof(c));
+	c.clock = GetCurrentTimestamp();
+	(void) oe_run_step(stream, &compaction_step, &c);
+	*more = c.more;
+	return c.deleted;
+}
+
+/*
+ * compact_stream(stream_id integer, OUT deleted bigint, OUT more boolean)
+ *
+ * oe_compact() of the stream of that id; (0, false) for a stream that does
+ * not exist.
+ */
+PG_FUNCTION_INFO_V1(oe_compact_stream);
+Datum
+oe_compact_stream(PG_FUNCTION_ARGS)
+{
+	OeStream	stream;
+	TupleDesc	desc;
+	Datum		values[2] = {Int64GetDatum(0), BoolGetDatum(false)};
+	bool		nulls[2] = {false, false};
+	bool		more = false;
+
+	check_isolation();			/* for a stream that does not exist too */
 	if (!PG_ARGISNULL(0) && stream_of_id(PG_GETARG_INT32(0), &stream))
-		(void) oe_run_step(&stream, &compaction_step, &c);
+		values[0] = Int64GetDatum(oe_compact(&stream, &more));
+	values[1] = BoolGetDatum(more);
 
 	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "compact_stream() must return a record");
-	values[0] = Int64GetDatum(c.deleted);
-	values[1] = BoolGetDatum(c.more);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values, nulls)));
 }

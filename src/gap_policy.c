@@ -7,9 +7,9 @@
  *
  * 'timeout' skips a gap once it has been missing for gap_timeout since a
  * step first saw it (progress.gap_first_seen): oe_gap_expired(), the one
- * home of that test, which SQL calls as ordered_events.gap_expired().  'fence' skips it once every
- * transaction that could still fill it has ended, whatever other
- * transactions are open.
+ * home of that test, which SQL calls as ordered_events.gap_expired().
+ * 'fence' skips it once every transaction that could still fill it has
+ * ended, whatever other transactions are open.
  *
  * The fence.  append() (oe_append_event()) takes, in this order, the
  * stream's fence lock (ShareLock on an advisory tag of (database,

@@ -529,6 +529,9 @@ extern int64 oe_release_lane(OeStep *step, text *key, int64 limit, Snapshot snap
 extern void oe_note_arrival(const OeStream *stream, text *key);
 extern int64 oe_release_stream(const OeStream *stream);
 
+/* compaction.c */
+extern int64 oe_compact(const OeStream *stream, bool *more);
+
 /* shmem.c */
 extern OeShared *oe_shared;
 extern void oe_shmem_init(void);

@@ -19,7 +19,7 @@
  * processing step (handler.c) for every partition of a handler consumer
  * with events to apply, each in its own transaction, so events released by
  * the cycle are applied in the same cycle.  Last, it compacts every stream
- * with released events to count or events to delete (compact_stream(),
+ * with released events to count or events to delete (oe_compact(),
  * compaction.c), a batch per transaction, and calls the cycle hooks
  * that other extensions registered (ordered_events.cycle_hook: a router's
  * combine step of its sharded streams), each in its own transaction.  An
@@ -593,11 +593,6 @@ release_step(void *unit, CycleTotals *totals, MemoryContext cycle_context)
 	return w.full;
 }
 
-static OePlan compact_plan = {
-	"SELECT more FROM ordered_events.compact_stream($1)",
-	1, {INT4OID}
-};
-
 /* What a compaction batch of a stream is called in the log ("could not <what>"). */
 static char *
 compact_what(const void *unit)
@@ -619,16 +614,7 @@ compact_work(void *arg)
 	OeStream	stream;
 
 	if (oe_lookup_stream(w->name, &stream) && lock_stream_nowait(&stream))
-	{
-		Datum		id = Int32GetDatum(stream.stream_id);
-		OeInternalScope scope;
-		bool		isnull;
-
-		oe_internal_begin(&scope, oe_relations()->owner);
-		oe_run_plan(&compact_plan, &id, NULL, SPI_OK_SELECT);
-		w->more = DatumGetBool(oe_result(0, 1, &isnull));
-		oe_internal_end(&scope);
-	}
+		(void) oe_compact(&stream, &w->more);
 }
 
 /*
