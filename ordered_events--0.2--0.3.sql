@@ -54,9 +54,15 @@ ALTER TABLE ordered_events.consumer_def
     DROP CONSTRAINT consumer_def_check,
     ADD CHECK ((handler IS NULL) = (handler_owner IS NULL)),
     ADD COLUMN handler_timeout interval
-        CHECK (handler_timeout > interval '0' AND handler_timeout <= interval '24 days');
+        CHECK (handler_timeout > interval '0' AND handler_timeout <= interval '24 days'),
+    ADD COLUMN on_error text NOT NULL DEFAULT 'dead_letter' CHECK (on_error IN ('dead_letter', 'hold')),
+    ADD COLUMN max_attempts integer NOT NULL DEFAULT 1 CHECK (max_attempts BETWEEN 1 AND 100),
+    ADD COLUMN retry_delay interval NOT NULL DEFAULT '1 s'
+        CHECK (retry_delay >= interval '0' AND retry_delay <= interval '1 day');
 COMMENT ON COLUMN ordered_events.consumer_def.handler_timeout IS
     'The limit of one handler call; NULL: the server''s ordered_events.handler_timeout';
+COMMENT ON COLUMN ordered_events.consumer_def.on_error IS
+    'What becomes of an event whose handler failed max_attempts times: ''dead_letter'' or ''hold''';
 
 /*
  * A stream's owner is the role that created it; its acl holds what the
@@ -442,6 +448,7 @@ BEGIN
     DELETE FROM ordered_events.key_arrivals a WHERE a.stream_id = d.stream_id;
     DELETE FROM ordered_events.unprocessed u WHERE u.stream = d.stream;
     DELETE FROM ordered_events.gap_skips g WHERE g.stream_id = d.stream_id;
+    PERFORM ordered_events.forget_parked(d.stream_id);
     DELETE FROM ordered_events.stream_def s WHERE s.stream_id = d.stream_id;
 END;
 $$;
@@ -506,6 +513,7 @@ BEGIN
     -- its handler's states, results and dead letters go with it, as a
     -- stream's dead letters go with drop_stream()
     DELETE FROM ordered_events.handler_state k WHERE k.consumer_id = c.consumer_id;
+    DELETE FROM ordered_events.handler_parked p WHERE p.consumer_id = c.consumer_id;
     DELETE FROM ordered_events.handler_result r WHERE r.consumer_id = c.consumer_id;
     DELETE FROM ordered_events.unprocessed u WHERE u.consumer = c.consumer;
     PERFORM ordered_events.forget_unused_totals(id) FROM unnest(streams) id;
@@ -669,7 +677,9 @@ RETURNS void
 LANGUAGE c VOLATILE SECURITY INVOKER
 AS 'MODULE_PATHNAME', 'oe_call_as_caller';
 
-CREATE FUNCTION ordered_events.alter_consumer_as(consumer text, handler_timeout interval,
+CREATE FUNCTION ordered_events.alter_consumer_as(consumer text, on_error text,
+                                                 max_attempts integer, retry_delay interval,
+                                                 handler_timeout interval,
                                                  owner regrole, caller regrole)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
@@ -681,10 +691,12 @@ DECLARE
 BEGIN
     c := ordered_events.consumer_to_change(consumer, caller, for_update => true);
     PERFORM ordered_events.check_handler_timeout(handler_timeout);
-    IF handler_timeout IS NOT NULL AND c.handler IS NULL THEN
+    PERFORM ordered_events.check_failure_policy(on_error, max_attempts, retry_delay);
+    IF c.handler IS NULL AND (handler_timeout IS NOT NULL OR on_error IS NOT NULL
+                              OR max_attempts IS NOT NULL OR retry_delay IS NOT NULL) THEN
         RAISE EXCEPTION 'consumer "%" has no handler', consumer
             USING ERRCODE = 'wrong_object_type',
-                  HINT = 'handler_timeout limits the calls of a handler; a consumer without one is read by read().';
+                  HINT = 'handler_timeout, on_error, max_attempts and retry_delay rule the calls of a handler; a consumer without one is read by read().';
     END IF;
     IF alter_consumer_as.owner IS NOT NULL THEN
         -- the new owner must be allowed what the consumer does
@@ -705,21 +717,27 @@ BEGIN
     END IF;
     UPDATE ordered_events.consumer_def d
        SET handler_timeout = coalesce(alter_consumer_as.handler_timeout, d.handler_timeout),
+           on_error = coalesce(alter_consumer_as.on_error, d.on_error),
+           max_attempts = coalesce(alter_consumer_as.max_attempts, d.max_attempts),
+           retry_delay = coalesce(alter_consumer_as.retry_delay, d.retry_delay),
            owner = coalesce(alter_consumer_as.owner, d.owner)
      WHERE d.consumer_id = c.consumer_id;
 END;
 $$;
-COMMENT ON FUNCTION ordered_events.alter_consumer_as(text, interval, regrole, regrole) IS
+COMMENT ON FUNCTION ordered_events.alter_consumer_as(text, text, integer, interval, interval, regrole, regrole) IS
     'Internal: alter_consumer() once it knows the calling role';
 CREATE FUNCTION ordered_events.alter_consumer(
     consumer text,
+    on_error text DEFAULT NULL,
+    max_attempts integer DEFAULT NULL,
+    retry_delay interval DEFAULT NULL,
     handler_timeout interval DEFAULT NULL,
     owner regrole DEFAULT NULL)
 RETURNS void
 LANGUAGE c VOLATILE
 AS 'MODULE_PATHNAME', 'oe_call_as_caller';
-COMMENT ON FUNCTION ordered_events.alter_consumer(text, interval, regrole) IS
-    'Change the handler_timeout of a consumer or give it to another role; NULL keeps the value; for its owner';
+COMMENT ON FUNCTION ordered_events.alter_consumer(text, text, integer, interval, interval, regrole) IS
+    'Change the failure policy or handler_timeout of a consumer, or give it to another role; NULL keeps the value; for its owner';
 
 -- A handler given by an OID that is no function is 42883, as a wrong one is.
 CREATE OR REPLACE FUNCTION ordered_events.check_handler(handler regprocedure, owner regrole)
@@ -797,8 +815,8 @@ REVOKE EXECUTE ON FUNCTION
     ordered_events.check_no_cycle(ordered_events.consumer_def, integer),
     ordered_events.subscribe_as(text, text, interval, text, regrole),
     ordered_events.unsubscribe_as(text, text, regrole),
-    ordered_events.alter_consumer_as(text, interval, regrole, regrole),
-    ordered_events.alter_consumer(text, interval, regrole),
+    ordered_events.alter_consumer_as(text, text, integer, interval, interval, regrole, regrole),
+    ordered_events.alter_consumer(text, text, integer, interval, interval, regrole),
     ordered_events.output_stream_or_error(text, regrole)
 FROM PUBLIC;
 
@@ -920,21 +938,25 @@ CREATE FUNCTION ordered_events.create_consumer(
     handler regprocedure DEFAULT NULL,
     output_stream text DEFAULT NULL,
     alignment text DEFAULT 'inherit',
-    handler_timeout interval DEFAULT NULL)
+    handler_timeout interval DEFAULT NULL,
+    on_error text DEFAULT 'dead_letter',
+    max_attempts integer DEFAULT 1,
+    retry_delay interval DEFAULT '1 s')
 RETURNS void
 LANGUAGE c VOLATILE
 AS 'MODULE_PATHNAME', 'oe_create_consumer';
-COMMENT ON FUNCTION ordered_events.create_consumer(text, integer, regprocedure, text, text, interval) IS
+COMMENT ON FUNCTION ordered_events.create_consumer(text, integer, regprocedure, text, text, interval, text, integer, interval) IS
     'Create a consumer owned by the calling role: a named reader of the released events of the streams it subscribes to, read by the extension through a handler if one is given';
 SELECT ordered_events.carry_grants(
     'ordered_events.create_consumer_0_2(text, integer, regprocedure, text, text)',
-    'ordered_events.create_consumer(text, integer, regprocedure, text, text, interval)');
+    'ordered_events.create_consumer(text, integer, regprocedure, text, text, interval, text, integer, interval)');
 DROP FUNCTION ordered_events.create_consumer_0_2(text, integer, regprocedure, text, text);
 
 DROP FUNCTION ordered_events.define_consumer(text, integer, regprocedure, text, text, regrole);
 CREATE FUNCTION ordered_events.define_consumer(
     consumer text, partitions integer, handler regprocedure, output_stream text,
-    alignment text, handler_timeout interval, owner regrole)
+    alignment text, handler_timeout interval, on_error text, max_attempts integer,
+    retry_delay interval, owner regrole)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -956,9 +978,11 @@ BEGIN
             'Use ''inherit'' (a derived event has its parent''s alignment_ts) or ''processing'' (the time it is derived).');
     END IF;
     PERFORM ordered_events.check_handler_timeout(handler_timeout);
+    PERFORM ordered_events.check_failure_policy(on_error, max_attempts, retry_delay);
     IF handler IS NULL THEN
-        IF output_stream IS NOT NULL OR alignment <> 'inherit' OR handler_timeout IS NOT NULL THEN
-            RAISE EXCEPTION 'output_stream, alignment and handler_timeout need a handler'
+        IF output_stream IS NOT NULL OR alignment <> 'inherit' OR handler_timeout IS NOT NULL
+           OR on_error <> 'dead_letter' OR max_attempts <> 1 OR retry_delay <> interval '1 s' THEN
+            RAISE EXCEPTION 'output_stream, alignment, handler_timeout, on_error, max_attempts and retry_delay need a handler'
                 USING ERRCODE = 'invalid_parameter_value',
                       HINT = 'Pass handler => ''fn(jsonb, ordered_events.event)''::regprocedure, or leave these out.';
         END IF;
@@ -970,20 +994,21 @@ BEGIN
     END IF;
     INSERT INTO ordered_events.consumer_def
         (consumer, partitions, handler, owner, handler_owner, output_stream_id, alignment,
-         handler_timeout)
+         handler_timeout, on_error, max_attempts, retry_delay)
     VALUES (define_consumer.consumer, define_consumer.partitions, handler::text, owner,
             (SELECT p.proowner FROM pg_catalog.pg_proc p WHERE p.oid = handler),
-            output_id, define_consumer.alignment, define_consumer.handler_timeout);
+            output_id, define_consumer.alignment, define_consumer.handler_timeout,
+            define_consumer.on_error, define_consumer.max_attempts, define_consumer.retry_delay);
 EXCEPTION WHEN unique_violation THEN
     RAISE EXCEPTION 'consumer "%" already exists', consumer
         USING ERRCODE = 'duplicate_object',
               HINT = 'Drop it first with ordered_events.drop_consumer(), or choose another name.';
 END;
 $$;
-COMMENT ON FUNCTION ordered_events.define_consumer(text, integer, regprocedure, text, text, interval, regrole) IS
+COMMENT ON FUNCTION ordered_events.define_consumer(text, integer, regprocedure, text, text, interval, text, integer, interval, regrole) IS
     'Internal: create_consumer() once it knows the calling role';
 REVOKE EXECUTE ON FUNCTION
-    ordered_events.define_consumer(text, integer, regprocedure, text, text, interval, regrole)
+    ordered_events.define_consumer(text, integer, regprocedure, text, text, interval, text, integer, interval, regrole)
 FROM PUBLIC;
 
 -- A handler_timeout is NULL (the server's) or a positive interval of at most 24 days.
@@ -1470,7 +1495,310 @@ REVOKE EXECUTE ON FUNCTION
 FROM PUBLIC;
 
 /* ------------------------------------------------------------------------
- * 7. Users' grants: the update to 0.3 repairs pg_init_privs of databases
+ * 7. Processing that keeps going (docs/handlers.md, "When a handler
+ *    fails"): retries, held keys, re-drives
+ * ------------------------------------------------------------------------
+ */
+
+ALTER TABLE ordered_events.handler_state
+    ADD COLUMN attempts integer NOT NULL DEFAULT 0,
+    ADD COLUMN next_attempt_at timestamptz,
+    ADD COLUMN held_since timestamptz,
+    ADD COLUMN last_error text,
+    ADD COLUMN parked integer NOT NULL DEFAULT 0;
+
+/*
+ * Parked events: events a processing step took from its consumer's
+ * positions but did not apply, because their key waits: for the retry of
+ * its failed event (handler_state.next_attempt_at), held until redrive()
+ * or skip_held() (held_since), or behind the key's earlier parked events.
+ * A key's first parked event (lowest position) is the one that failed, or
+ * a dead letter redrive() queued.  The key's state row counts them
+ * (parked); steps apply them first, in position order, once the key is
+ * due (src/handler.c).
+ */
+CREATE SEQUENCE ordered_events.parked_position_seq AS bigint;
+COMMENT ON SEQUENCE ordered_events.parked_position_seq IS
+    'Internal: the order of parked events';
+CREATE TABLE ordered_events.handler_parked (
+    consumer_id integer NOT NULL,
+    key text COLLATE "C" NOT NULL,
+    position bigint NOT NULL,
+    stream_id integer NOT NULL,
+    seq bigint NOT NULL,
+    arrival bigint NOT NULL,
+    payload jsonb,
+    event_ts timestamptz NOT NULL,
+    alignment_ts timestamptz NOT NULL,
+    last_event boolean NOT NULL,
+    received_at timestamptz NOT NULL,
+    dead_letter boolean NOT NULL,       -- re-driven: its dead letter goes once it is applied
+    parked_at timestamptz NOT NULL,
+    PRIMARY KEY (consumer_id, key, position)
+);
+COMMENT ON TABLE ordered_events.handler_parked IS
+    'Internal: events of handler consumers that wait for a retry, a re-drive or an earlier event of their key';
+SELECT pg_catalog.pg_extension_config_dump('ordered_events.handler_parked', '');
+SELECT pg_catalog.pg_extension_config_dump('ordered_events.parked_position_seq', '');
+-- The keys whose parked events are due, and the held keys: few, found by index.
+CREATE INDEX handler_state_due_idx ON ordered_events.handler_state (consumer_id, next_attempt_at)
+    WHERE parked > 0 AND held_since IS NULL;
+CREATE INDEX handler_state_held_idx ON ordered_events.handler_state (consumer_id, key)
+    WHERE held_since IS NOT NULL;
+
+-- A failure policy is on_error 'dead_letter' or 'hold', 1 to 100 attempts, a delay of 0 to 1 day.
+CREATE FUNCTION ordered_events.check_failure_policy(on_error text, max_attempts integer,
+                                                    retry_delay interval)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF on_error NOT IN ('dead_letter', 'hold') THEN
+        PERFORM ordered_events.invalid_option('on_error', on_error,
+            'Use ''dead_letter'' (the event goes to unprocessed, its key goes on) or ''hold'' (its key waits for redrive() or skip_held()).');
+    END IF;
+    IF max_attempts NOT BETWEEN 1 AND 100 THEN
+        PERFORM ordered_events.invalid_option('max_attempts', max_attempts::text,
+            'Use 1 to 100: how many calls of the handler may fail for one event.');
+    END IF;
+    IF retry_delay < interval '0' OR retry_delay > interval '1 day' THEN
+        PERFORM ordered_events.invalid_option('retry_delay', retry_delay::text,
+            'Use an interval from 0 to 1 day: the wait before the first retry, doubled at each one after.');
+    END IF;
+END;
+$$;
+COMMENT ON FUNCTION ordered_events.check_failure_policy(text, integer, interval) IS
+    'Internal: the error for an invalid on_error, max_attempts or retry_delay';
+
+/*
+ * The (consumer, partition)s whose handler has events to apply, released
+ * or parked and due, the one that waited longest first: what the workers
+ * process.
+ */
+CREATE OR REPLACE FUNCTION ordered_events.consumers_with_work()
+RETURNS TABLE (consumer text, partition integer)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT w.consumer, w.partition
+  FROM (SELECT c.consumer, s.partition, s.last_read_at AS waited_from
+          FROM ordered_events.consumer_def c
+          JOIN ordered_events.subscription s ON s.consumer_id = c.consumer_id
+          JOIN ordered_events.release_totals t
+            ON t.stream_id = s.stream_id AND t.partitions = c.partitions
+           AND t.partition = s.partition
+         WHERE c.handler IS NOT NULL AND t.released_count > s.taken_count
+        UNION ALL
+        SELECT c.consumer, ordered_events.key_partition(k.key, c.partitions), k.next_attempt_at
+          FROM ordered_events.handler_state k
+          JOIN ordered_events.consumer_def c ON c.consumer_id = k.consumer_id
+         WHERE k.parked > 0 AND k.held_since IS NULL AND k.next_attempt_at <= now()) w
+ GROUP BY w.consumer, w.partition
+ ORDER BY min(w.waited_from) NULLS FIRST, w.consumer, w.partition
+$$;
+COMMENT ON FUNCTION ordered_events.consumers_with_work() IS
+    'Internal: the handler consumer partitions with events to apply';
+REVOKE EXECUTE ON FUNCTION ordered_events.consumers_with_work() FROM PUBLIC;
+
+-- Wake the worker when this transaction commits (redrive(), skip_held()).
+CREATE FUNCTION ordered_events.wake_worker()
+RETURNS void
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'oe_wake_worker';
+COMMENT ON FUNCTION ordered_events.wake_worker() IS
+    'Internal: have the worker look for work when this transaction commits';
+REVOKE EXECUTE ON FUNCTION ordered_events.wake_worker() FROM PUBLIC;
+/*
+ * drop_stream(): the parked events of a dropped stream go, and a key left
+ * without parked events waits no more.
+ */
+CREATE FUNCTION ordered_events.forget_parked(stream_id integer)
+RETURNS void
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+WITH gone AS (
+    DELETE FROM ordered_events.handler_parked p
+     WHERE p.stream_id = forget_parked.stream_id
+    RETURNING p.consumer_id, p.key
+), counts AS (
+    SELECT g.consumer_id, g.key, count(*)::integer AS n FROM gone g GROUP BY g.consumer_id, g.key
+)
+UPDATE ordered_events.handler_state k
+   SET parked = k.parked - n.n,
+       attempts = CASE WHEN k.parked = n.n THEN 0 ELSE k.attempts END,
+       last_error = CASE WHEN k.parked = n.n THEN NULL ELSE k.last_error END,
+       held_since = CASE WHEN k.parked = n.n THEN NULL ELSE k.held_since END,
+       next_attempt_at = CASE WHEN k.parked = n.n THEN NULL ELSE k.next_attempt_at END
+  FROM counts n
+ WHERE k.consumer_id = n.consumer_id AND k.key = n.key
+$$;
+COMMENT ON FUNCTION ordered_events.forget_parked(integer) IS
+    'Internal: drop the parked events of a stream';
+REVOKE EXECUTE ON FUNCTION ordered_events.forget_parked(integer) FROM PUBLIC;
+-- The handler consumer its owner changes, or the error; waits for its steps.
+CREATE FUNCTION ordered_events.handler_consumer_to_change(consumer text, caller regrole)
+RETURNS ordered_events.consumer_def
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    c ordered_events.consumer_def := ordered_events.consumer_to_change(consumer, caller);
+BEGIN
+    IF c.handler IS NULL THEN
+        RAISE EXCEPTION 'consumer "%" has no handler', consumer
+            USING ERRCODE = 'wrong_object_type',
+                  HINT = 'Only the events of a handler consumer are held or re-driven.';
+    END IF;
+    -- a step in progress holds these rows and writes the keys' rows at its end
+    PERFORM ordered_events.lock_subscriptions(c.consumer_id, NULL);
+    RETURN c;
+END;
+$$;
+COMMENT ON FUNCTION ordered_events.handler_consumer_to_change(text, regrole) IS
+    'Internal: the handler consumer that redrive() or skip_held() changes, or the error';
+REVOKE EXECUTE ON FUNCTION ordered_events.handler_consumer_to_change(text,regrole) FROM PUBLIC;
+CREATE FUNCTION ordered_events.redrive_as(consumer text, key text, caller regrole)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    c ordered_events.consumer_def := ordered_events.handler_consumer_to_change(consumer, caller);
+    held bigint;
+    letters bigint := 0;
+    l record;
+BEGIN
+    UPDATE ordered_events.handler_state k
+       SET held_since = NULL, attempts = 0, next_attempt_at = now()
+     WHERE k.consumer_id = c.consumer_id AND k.held_since IS NOT NULL
+       AND (redrive_as.key IS NULL OR k.key = redrive_as.key);
+    GET DIAGNOSTICS held = ROW_COUNT;
+    IF c.on_error = 'dead_letter' THEN
+        -- oldest first; a key's from one stream in seq order, as they were applied
+        FOR l IN
+            SELECT u.key, d.stream_id, u.seq, u.payload,
+                   coalesce(u.event_ts, u.received_at) AS event_ts, u.received_at
+              FROM ordered_events.unprocessed u
+              JOIN ordered_events.stream_def d ON d.stream = u.stream
+             WHERE u.consumer = c.consumer AND u.reason = 'exception_thrown'
+               AND (redrive_as.key IS NULL OR u.key = redrive_as.key)
+               AND NOT EXISTS (SELECT FROM ordered_events.handler_parked p
+                                WHERE p.consumer_id = c.consumer_id AND p.key = u.key
+                                  AND p.stream_id = d.stream_id AND p.seq = u.seq AND p.dead_letter)
+             ORDER BY u.received_at, u.stream, u.seq
+        LOOP
+            INSERT INTO ordered_events.handler_parked
+                (consumer_id, key, position, stream_id, seq, arrival, payload, event_ts,
+                 alignment_ts, last_event, received_at, dead_letter, parked_at)
+            VALUES (c.consumer_id, l.key, nextval('ordered_events.parked_position_seq'),
+                    l.stream_id, l.seq, 0, l.payload, l.event_ts, l.event_ts, false,
+                    l.received_at, true, now());
+            INSERT INTO ordered_events.handler_state AS k
+                (consumer_id, key, state, last_stream_id, last_seq, processed_count,
+                 error_count, updated_at, parked, next_attempt_at)
+            VALUES (c.consumer_id, l.key, NULL, l.stream_id, l.seq, 0, 0, now(), 1, now())
+            ON CONFLICT ON CONSTRAINT handler_state_pkey DO UPDATE
+               SET parked = k.parked + 1, next_attempt_at = coalesce(k.next_attempt_at, now());
+            letters := letters + 1;
+        END LOOP;
+    END IF;
+    PERFORM ordered_events.wake_worker();
+    RETURN held + letters;
+END;
+$$;
+COMMENT ON FUNCTION ordered_events.redrive_as(text, text, regrole) IS
+    'Internal: redrive() once it knows the calling role';
+REVOKE EXECUTE ON FUNCTION ordered_events.redrive_as(text,text,regrole) FROM PUBLIC;
+CREATE FUNCTION ordered_events.redrive(consumer text, key text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'oe_call_as_caller';
+COMMENT ON FUNCTION ordered_events.redrive(text, text) IS
+    'Apply a handler consumer''s held events (of one key or all) again in its next step, and a dead_letter consumer''s dead letters; returns how many were queued; for its owner';
+REVOKE EXECUTE ON FUNCTION ordered_events.redrive(text,text) FROM PUBLIC;
+CREATE FUNCTION ordered_events.skip_held_as(consumer text, key text, reason text, caller regrole)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    c ordered_events.consumer_def;
+    k ordered_events.handler_state;
+    e ordered_events.handler_parked;
+BEGIN
+    PERFORM ordered_events.check_not_null('key', key IS NULL);
+    PERFORM ordered_events.check_not_null('reason', reason IS NULL);
+    c := ordered_events.handler_consumer_to_change(consumer, caller);
+    SELECT * INTO k FROM ordered_events.handler_state s
+     WHERE s.consumer_id = c.consumer_id AND s.key = skip_held_as.key AND s.held_since IS NOT NULL;
+    IF NOT FOUND THEN
+        RETURN 0;
+    END IF;
+    DELETE FROM ordered_events.handler_parked p
+     WHERE (p.consumer_id, p.key, p.position) =
+           (SELECT q.consumer_id, q.key, q.position FROM ordered_events.handler_parked q
+             WHERE q.consumer_id = c.consumer_id AND q.key = skip_held_as.key
+             ORDER BY q.position LIMIT 1)
+    RETURNING * INTO e;
+    IF e.dead_letter THEN
+        DELETE FROM ordered_events.unprocessed u
+         WHERE u.consumer = c.consumer AND u.key = e.key AND u.seq = e.seq
+           AND u.stream = (SELECT d.stream FROM ordered_events.stream_def d WHERE d.stream_id = e.stream_id);
+    END IF;
+    INSERT INTO ordered_events.unprocessed
+        (stream, seq, key, payload, event_ts, reason, detail, received_at, consumer)
+    SELECT d.stream, e.seq, e.key, e.payload, e.event_ts, 'exception_thrown',
+           format('Skipped by %s: %s. Its last error, at attempt %s: %s', caller, reason,
+                  k.attempts, k.last_error),
+           e.received_at, c.consumer
+      FROM ordered_events.stream_def d WHERE d.stream_id = e.stream_id;
+    UPDATE ordered_events.handler_state s
+       SET held_since = NULL, attempts = 0, last_error = NULL, parked = s.parked - 1,
+           processed_count = s.processed_count + 1,
+           next_attempt_at = CASE WHEN s.parked > 1 THEN now() END
+     WHERE s.consumer_id = c.consumer_id AND s.key = skip_held_as.key;
+    PERFORM ordered_events.wake_worker();
+    RETURN 1;
+END;
+$$;
+COMMENT ON FUNCTION ordered_events.skip_held_as(text, text, text, regrole) IS
+    'Internal: skip_held() once it knows the calling role';
+REVOKE EXECUTE ON FUNCTION ordered_events.skip_held_as(text,text,text,regrole) FROM PUBLIC;
+CREATE FUNCTION ordered_events.skip_held(consumer text, key text, reason text)
+RETURNS bigint
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'oe_call_as_caller';
+COMMENT ON FUNCTION ordered_events.skip_held(text, text, text) IS
+    'Make the held event of a key a dead letter, with the reason, so that the key goes on; returns 1, or 0 if the key is not held; for the consumer''s owner';
+REVOKE EXECUTE ON FUNCTION ordered_events.skip_held(text,text,text) FROM PUBLIC;
+
+CREATE OR REPLACE VIEW ordered_events.key_state AS
+SELECT c.consumer, k.key, k.state, d.stream AS last_stream, k.last_seq,
+       k.processed_count, k.error_count, k.updated_at,
+       k.attempts, CASE WHEN k.held_since IS NULL THEN k.next_attempt_at END AS next_attempt_at,
+       k.held_since IS NOT NULL AS held
+  FROM ordered_events.handler_state k
+  JOIN ordered_events.consumer_def c ON c.consumer_id = k.consumer_id
+  LEFT JOIN ordered_events.stream_def d ON d.stream_id = k.last_stream_id;
+COMMENT ON VIEW ordered_events.key_state IS
+    'The state of each key of each handler consumer, how many of its events were applied, and whether it waits for a retry or is held';
+-- The held keys and the event each waits on: by an index of the held keys.
+CREATE VIEW ordered_events.held AS
+SELECT c.consumer, k.key, d.stream, p.seq, k.attempts, k.last_error, k.held_since
+  FROM ordered_events.handler_state k
+  JOIN ordered_events.consumer_def c ON c.consumer_id = k.consumer_id
+ CROSS JOIN LATERAL (SELECT q.stream_id, q.seq FROM ordered_events.handler_parked q
+                      WHERE q.consumer_id = k.consumer_id AND q.key = k.key
+                      ORDER BY q.position LIMIT 1) p
+  LEFT JOIN ordered_events.stream_def d ON d.stream_id = p.stream_id
+ WHERE k.held_since IS NOT NULL;
+COMMENT ON VIEW ordered_events.held IS
+    'The held events of handler consumers, one per held key: their key''s later events wait until redrive() or skip_held()';
+
+/* ------------------------------------------------------------------------
+ * 8. Users' grants: the update to 0.3 repairs pg_init_privs of databases
  *    updated through 0.2.  This section stays last: a GRANT or REVOKE on
  *    an existing object after it would record users' grants again.
  * ------------------------------------------------------------------------

@@ -1,11 +1,11 @@
 --
--- The batch of a processing step runs in one subtransaction; after a
--- handler error the calls before it run again, then the rest from the
--- failing event on (src/handler.c).  What a user can rely on:
--- transactional effects of a handler count once per applied event, an
--- event is a dead letter only if its handler raised as the first call of
--- a subtransaction, and a handler that raises only sometimes is judged by
--- its last call.  Sequences are not transactional: they count the calls.
+-- The calls of a processing step run in subtransactions of several
+-- events; after a handler error the calls before it run again (src/
+-- handler.c).  What a user can rely on: transactional effects of a
+-- handler count once per applied event, and every call that raises is a
+-- failed attempt of its event (here max_attempts is 1: a dead letter),
+-- also when it raised while the calls before an error ran again.
+-- Sequences are not transactional: they count the calls.
 --
 SET client_min_messages = warning;
 CREATE SCHEMA hr;
@@ -28,8 +28,8 @@ BEGIN
 END $$;
 
 -- Event 5 raises at its first call only, event 2 at its second call only:
--- the first attempt fails at 5, its replay of 1..4 fails at 2, and the
--- next calls of both succeed.
+-- the first subtransaction fails at 5, its replay of 1..4 fails at 2:
+-- both are dead letters, the others applied once.
 CREATE FUNCTION hr.flaky(state jsonb, e ordered_events.event)
 RETURNS ordered_events.step LANGUAGE plpgsql AS $$
 BEGIN
@@ -58,10 +58,12 @@ SELECT seq, detail FROM ordered_events.unprocessed WHERE consumer = 'hr_always';
 SELECT string_agg(seq::text, ',' ORDER BY position) AS results
   FROM ordered_events.results WHERE consumer = 'hr_always';
 SELECT state, processed_count, error_count FROM ordered_events.key_state WHERE consumer = 'hr_always';
--- the handler ran more often than there are events: 1..3, 1..2, 3, 4..6
+-- the handler ran once more than there are events: 1..3, then 1..2 again,
+-- then 4..6 (3 failed for good: not called again)
 SELECT nextval('hr.calls') - 1 AS calls;
 
--- flaky: no dead letter, every event applied once, in order
+-- flaky: 5 and 2 dead letters (each raised once), the others applied once,
+-- in order
 SELECT ordered_events.process('hr_flaky');
 SELECT count(*) AS letters FROM ordered_events.unprocessed WHERE consumer = 'hr_flaky';
 SELECT string_agg(seq::text, ',' ORDER BY position) AS results

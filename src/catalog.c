@@ -205,6 +205,8 @@ static const struct
 	{"handler_state", offsetof(OeRelations, handler_state)},
 	{"handler_result", offsetof(OeRelations, handler_result)},
 	{"result_position_seq", offsetof(OeRelations, result_position_seq)},
+	{"handler_parked", offsetof(OeRelations, handler_parked)},
+	{"parked_position_seq", offsetof(OeRelations, parked_position_seq)},
 };
 
 static Oid *
@@ -241,10 +243,15 @@ read_relations(OeRelations *rels, Oid *outcomes)
 	};
 	static const char *const state_columns[Natts_oe_state] = {
 		"consumer_id", "key", "state", "last_stream_id", "last_seq", "processed_count",
-		"error_count", "updated_at"
+		"error_count", "updated_at", "attempts", "next_attempt_at", "held_since", "last_error",
+		"parked"
 	};
 	static const char *const result_columns[Natts_oe_result] = {
 		"consumer_id", "position", "stream_id", "seq", "key", "result", "produced_at"
+	};
+	static const char *const parked_columns[Natts_oe_parked] = {
+		"consumer_id", "key", "position", "stream_id", "seq", "arrival", "payload", "event_ts",
+		"alignment_ts", "last_event", "received_at", "dead_letter", "parked_at"
 	};
 	Oid			schema;
 
@@ -277,6 +284,7 @@ read_relations(OeRelations *rels, Oid *outcomes)
 	check_columns(rels->progress, progress_columns, Nchecked_oe_progress);
 	check_columns(rels->handler_state, state_columns, Natts_oe_state);
 	check_columns(rels->handler_result, result_columns, Natts_oe_result);
+	check_columns(rels->handler_parked, parked_columns, Natts_oe_parked);
 
 	for (int i = 0; i < OE_NUM_OUTCOMES; i++)
 	{

@@ -71,7 +71,9 @@ static OePlan plans[] = {
 		"  (SELECT d.stream FROM ordered_events.stream_def d "
 		"    WHERE d.stream_id = c.output_stream_id), "
 		"  c.alignment = 'processing', c.handler_owner, pg_catalog.to_regprocedure(c.handler), "
-		"  (extract(epoch FROM c.handler_timeout) * 1000)::integer "
+		"  (extract(epoch FROM c.handler_timeout) * 1000)::integer, "
+		"  c.on_error = 'hold', c.max_attempts, "
+		"  (extract(epoch FROM c.retry_delay) * 1000000)::bigint "
 		"FROM ordered_events.consumer_or_error($1) c",
 		1, {TEXTOID}, CURSOR_OPT_GENERIC_PLAN
 	},
@@ -612,6 +614,9 @@ oe_consumer_lookup(Datum name, int32 partition, OeConsumer *consumer)
 		value = oe_result(0, 9, &isnull);
 		if (!isnull)
 			consumer->handler_timeout_ms = DatumGetInt32(value);
+		consumer->on_error_hold = DatumGetBool(oe_result(0, 10, &isnull));
+		consumer->max_attempts = DatumGetInt32(oe_result(0, 11, &isnull));
+		consumer->retry_delay_us = DatumGetInt64(oe_result(0, 12, &isnull));
 	}
 	if (partition < 0 || partition >= consumer->partitions)
 		ereport(ERROR,
@@ -643,6 +648,19 @@ oe_consumer_lock_nowait(const char *consumer, int32 partition)
 	locked = DatumGetBool(oe_result(0, 1, &isnull));
 	oe_internal_end(&scope);
 	return locked;
+}
+
+/*
+ * Lock a consumer partition as oe_consumer_take() does, waiting for a
+ * reader of it to end.  Call inside an internal scope.
+ */
+void
+oe_consumer_lock(const OeConsumer *consumer)
+{
+	Datum		values[2] = {Int32GetDatum(consumer->consumer_id),
+	Int32GetDatum(consumer->partition)};
+
+	oe_run_plan(&plans[PLAN_LOCK], values, NULL, SPI_OK_SELECT);
 }
 
 /*

@@ -18,17 +18,24 @@
  * consumer, in a security-restricted context (no SET ROLE, no temporary
  * objects, no PREPARE, no cursor WITH HOLD, no LISTEN), with search_path
  * "pg_catalog, pg_temp", and its GUC changes (SET, set_config()) undone
- * after each call.  An error it raises belongs to its event: the event
- * goes to unprocessed (exception_thrown), the key's state stays as it was,
- * the next event goes on.  Errors are caught by subtransactions, one per
- * batch, not one per event: the batch's calls run in one; after an error,
- * the events before the failing one run again in a new one (the rollback
- * undid them), then the rest from the failing one on.  An error raised by
- * the first call of a subtransaction is that event's for good, and so is
- * at once a call past its time limit (another call would cost another
- * limit).  A cancel that is not a timeout is not the handler's: it ends
- * the step, which changes nothing, even if the handler caught it and
- * returned.
+ * after each call.  An error it raises is a failed attempt of its event;
+ * the key's state stays as it was.  The consumer's failure policy says
+ * what follows: until max_attempts calls have failed, the event is
+ * retried after retry_delay * 2^(n-1); then on_error 'dead_letter' sends
+ * it to unprocessed (exception_thrown) and the key goes on, or 'hold'
+ * holds it until redrive() or skip_held().  While an event waits, its key
+ * waits: the key's later events are parked behind it (handler_parked),
+ * every other key goes on.  A step applies the parked events of the keys
+ * that are due first, in their order, then the partition's next events.
+ * A cancel that is not a timeout is not the handler's: it ends the step,
+ * which changes nothing, even if the handler caught it and returned.
+ *
+ * Errors are caught by subtransactions of several calls, not one per
+ * event: after an error, the calls before it in its subtransaction run
+ * again (the rollback undid them), and the next subtransactions are as
+ * short as the step's error rate asks (about a quarter of the events
+ * between two errors), so that events that raise are not paid for by the
+ * others: at 15 % errors a handler is called about 1.05 times per event.
  *
  * Time limit.  A call may take the consumer's handler_timeout, at most the
  * server's ordered_events.handler_timeout (the DBA's ceiling), lowered by
@@ -63,6 +70,7 @@
  */
 #include "ordered_events.h"
 
+#include <math.h>
 #include <signal.h>
 
 #include "access/htup_details.h"
@@ -107,19 +115,57 @@ enum
 {
 	PLAN_DEFINE,
 	PLAN_LOAD_STATES,
-	PLAN_OUTPUT_ALIGNMENT
+	PLAN_OUTPUT_ALIGNMENT,
+	PLAN_TAKE_PARKED,
+	PLAN_UNPARK,
+	PLAN_FORGET_DEAD_LETTER
 };
 
 static OePlan plans[] = {
 	[PLAN_DEFINE] = {
-		"SELECT ordered_events.define_consumer($1, $2, $3, $4, $5, $6, $7)",
-		7, {TEXTOID, INT4OID, REGPROCEDUREOID, TEXTOID, TEXTOID, INTERVALOID, REGROLEOID}
+		"SELECT ordered_events.define_consumer($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+		10, {TEXTOID, INT4OID, REGPROCEDUREOID, TEXTOID, TEXTOID, INTERVALOID,
+		TEXTOID, INT4OID, INTERVALOID, REGROLEOID}
 	},
 	/* The row of each key that has one, to update in place. */
 	[PLAN_LOAD_STATES] = {
-		"SELECT key, state, ctid, processed_count, error_count "
+		"SELECT key, state, ctid, processed_count, error_count, attempts, next_attempt_at, "
+		"  held_since, last_error, parked "
 		"FROM ordered_events.handler_state WHERE consumer_id = $1 AND key = ANY ($2)",
 		2, {INT4OID, TEXTARRAYOID}
+	},
+
+	/*
+	 * The parked events of the partition's keys that are due at $3, in
+	 * their order: a prefix of each key's.
+	 */
+	[PLAN_TAKE_PARKED] = {
+		"SELECT p.position, p.key, p.stream_id, d.stream, p.seq, p.arrival, p.payload, "
+		"  p.event_ts, p.alignment_ts, p.last_event, p.received_at, p.dead_letter "
+		"FROM (SELECT k.key FROM ordered_events.handler_state k "
+		"      WHERE k.consumer_id = $1 AND k.parked > 0 AND k.held_since IS NULL "
+		"        AND k.next_attempt_at <= $3 "
+		"        AND ($4 = 1 OR ordered_events.key_partition(k.key, $4) = $2) "
+		"      ORDER BY k.next_attempt_at LIMIT $5) k "
+		"CROSS JOIN LATERAL (SELECT * FROM ordered_events.handler_parked q "
+		"      WHERE q.consumer_id = $1 AND q.key = k.key ORDER BY q.position LIMIT $5) p "
+		"JOIN ordered_events.stream_def d ON d.stream_id = p.stream_id "
+		"ORDER BY p.position LIMIT $5",
+		5, {INT4OID, INT4OID, TIMESTAMPTZOID, INT4OID, INT4OID}
+	},
+	/* Parked events that were applied or became dead letters. */
+	[PLAN_UNPARK] = {
+		"DELETE FROM ordered_events.handler_parked p "
+		"WHERE p.consumer_id = $1 AND (p.key, p.position) IN "
+		"  (SELECT * FROM unnest($2::text[], $3::bigint[]))",
+		3, {INT4OID, TEXTARRAYOID, INT8ARRAYOID}
+	},
+	/* The dead letter of a re-driven event, once it is applied or fails again for good. */
+	[PLAN_FORGET_DEAD_LETTER] = {
+		"DELETE FROM ordered_events.unprocessed u "
+		"WHERE u.consumer = $1 AND u.stream = $2 AND u.seq = $3 AND u.key = $4 "
+		"  AND u.reason = 'exception_thrown'",
+		4, {TEXTOID, TEXTOID, INT8OID, TEXTOID}
 	},
 
 	/* The output stream's last alignment_ts, which 'processing' never goes below. */
@@ -147,18 +193,54 @@ typedef struct KeyState
 	int64		last_seq;
 	int64		processed;
 	int64		errors;
+
+	/* its wait (see the banner), as the row had it and the step leaves it */
+	int32		attempts;		/* failed calls of its first parked event */
+	bool		has_next_attempt;
+	TimestampTz next_attempt_at;
+	bool		held;
+	TimestampTz held_since;
+	char	   *last_error;		/* NULL: none */
+	int32		parked;			/* its events in handler_parked */
+	int32		parked_ahead;	/* ... of those, the ones the batch has not */
+	bool		took_parked;	/* the batch has its first parked events */
+	bool		blocked;		/* one of its events failed in this step and waits: */
+	int			blocked_at;		/* ... its index in the batch */
 } KeyState;
+
+/* What became of an event of the batch. */
+typedef enum EventFate
+{
+	FATE_NONE,					/* not decided yet */
+	FATE_APPLIED,
+	FATE_DEAD,					/* failed for good: a dead letter */
+	FATE_RETRY,					/* failed: called again after a delay */
+	FATE_HELD,					/* failed for good: held */
+	FATE_PARKED					/* not called: its key waits */
+} EventFate;
 
 /* One event of the step's batch, and what its handler call gave. */
 typedef struct BatchEvent
 {
 	OeReadEvent event;			/* copied into the step's context */
 	KeyState   *key;
+	EventFate	fate;
 	char	   *error;			/* the handler's error, NULL if none */
-	bool		skip;			/* its error is final: not called again */
+	bool		failed_before;	/* a stopped call: its error is known, no call */
+	int32		prior_attempts; /* its failed calls before this step */
+	int			called_in;		/* the attempt that called it */
 	Datum		result;			/* jsonb */
 	bool		has_result;
+	bool		from_parked;	/* taken from handler_parked, at: */
+	int64		parked_position;
+	bool		dead_letter;	/* ... a dead letter that redrive() queued */
 } BatchEvent;
+
+/* Applied or dead: the event is done with. */
+#define EVENT_DONE(e) ((e)->fate == FATE_APPLIED || (e)->fate == FATE_DEAD)
+
+/* The longest a retry waits. */
+#define OE_MAX_RETRY_WAIT_US	(INT64CONST(30) * USECS_PER_DAY)
 
 /* Where a step's time limit comes from, for its dead letters. */
 typedef enum LimitSource
@@ -180,10 +262,13 @@ typedef struct Step
 	int			nevents;
 	int			max_events;		/* room in events */
 	int32		requested;		/* the most events the step takes */
+	int			nparked;		/* the first nparked events come from handler_parked */
+	TimestampTz now;			/* when the step began, for the waits */
 	HTAB	   *keys;			/* KeyStates by key */
 	int			attempt;
 	char	   *error;			/* what the last failed attempt's handler raised */
-	bool		error_final;	/* ... a time limit: not to be called again */
+	int			settled;		/* events decided, and of those failed: */
+	int			failures;
 
 	/* the handler */
 	FmgrInfo	flinfo;
@@ -270,11 +355,10 @@ copy_varlena(Datum value)
 	return PointerGetDatum(PG_DETOAST_DATUM_COPY(value));
 }
 
-/* oe_consumer_take()'s sink: add the event to the batch. */
-static void
-collect_event(const OeReadEvent *event, void *arg)
+/* Add an event to the batch, copied into the step's context. */
+static BatchEvent *
+add_event(Step *step, const OeReadEvent *event)
 {
-	Step	   *step = arg;
 	MemoryContext old = MemoryContextSwitchTo(step->cxt);
 	BatchEvent *e;
 	KeyState   *ks;
@@ -302,6 +386,54 @@ collect_event(const OeReadEvent *event, void *arg)
 	}
 	e->key = ks;
 	MemoryContextSwitchTo(old);
+	return e;
+}
+
+/* oe_consumer_take()'s sink: add the event to the batch. */
+static void
+collect_event(const OeReadEvent *event, void *arg)
+{
+	(void) add_event(arg, event);
+}
+
+/*
+ * The parked events of the partition's keys that are due, at most
+ * max_events, first in the batch (see the banner).
+ */
+static void
+take_parked(Step *step, int32 max_events)
+{
+	const OeConsumer *c = step->consumer;
+	Datum		values[5];
+
+	values[0] = Int32GetDatum(c->consumer_id);
+	values[1] = Int32GetDatum(c->partition);
+	values[2] = TimestampTzGetDatum(step->now);
+	values[3] = Int32GetDatum(c->partitions);
+	values[4] = Int32GetDatum(max_events);
+	oe_run_plan(&plans[PLAN_TAKE_PARKED], values, NULL, SPI_OK_SELECT);
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		OeReadEvent event = {0};
+		BatchEvent *e;
+		bool		isnull;
+
+		event.key = DatumGetTextPP(oe_result(i, 2, &isnull));
+		event.stream_id = DatumGetInt32(oe_result(i, 3, &isnull));
+		event.stream = DatumGetTextPP(oe_result(i, 4, &isnull));
+		event.seq = DatumGetInt64(oe_result(i, 5, &isnull));
+		event.arrival = DatumGetInt64(oe_result(i, 6, &isnull));
+		event.payload = oe_result(i, 7, &event.payload_null);
+		event.event_ts = DatumGetTimestampTz(oe_result(i, 8, &isnull));
+		event.alignment_ts = DatumGetTimestampTz(oe_result(i, 9, &isnull));
+		event.last_event = DatumGetBool(oe_result(i, 10, &isnull));
+		event.received_at = DatumGetTimestampTz(oe_result(i, 11, &isnull));
+		e = add_event(step, &event);
+		e->from_parked = true;
+		e->parked_position = DatumGetInt64(oe_result(i, 1, &isnull));
+		e->dead_letter = DatumGetBool(oe_result(i, 12, &isnull));
+	}
+	step->nparked = step->nevents;
 }
 
 /* The states the keys of the batch had before the step. */
@@ -326,6 +458,7 @@ load_states(Step *step)
 		bool		isnull;
 		text	   *key = DatumGetTextPP(oe_result(i, 1, &isnull));
 		Datum		state = oe_result(i, 2, &isnull);
+		Datum		value;
 
 		ks = hash_search(step->keys, &key, HASH_FIND, NULL);
 		if (ks == NULL)
@@ -342,6 +475,29 @@ load_states(Step *step)
 		ks->tid = *(ItemPointer) DatumGetPointer(oe_result(i, 3, &isnull));
 		ks->processed = DatumGetInt64(oe_result(i, 4, &isnull));
 		ks->errors = DatumGetInt64(oe_result(i, 5, &isnull));
+		ks->attempts = DatumGetInt32(oe_result(i, 6, &isnull));
+		ks->next_attempt_at = DatumGetTimestampTz(oe_result(i, 7, &isnull));
+		ks->has_next_attempt = !isnull;
+		ks->held_since = DatumGetTimestampTz(oe_result(i, 8, &isnull));
+		ks->held = !isnull;
+		value = oe_result(i, 9, &isnull);
+		ks->last_error = isnull ? NULL : MemoryContextStrdup(step->cxt, TextDatumGetCString(value));
+		ks->parked = DatumGetInt32(oe_result(i, 10, &isnull));
+	}
+
+	/* The parked events of a key that the batch does not have come first. */
+	hash_seq_init(&seq, step->keys);
+	while ((ks = hash_seq_search(&seq)) != NULL)
+		ks->parked_ahead = ks->parked;
+	for (int j = 0; j < step->nparked; j++)
+	{
+		BatchEvent *e = &step->events[j];
+
+		/* the row's attempts are its first parked event's */
+		if (!e->key->took_parked)
+			e->prior_attempts = e->key->attempts;
+		e->key->parked_ahead--;
+		e->key->took_parked = true;
 	}
 }
 
@@ -726,6 +882,7 @@ call_handler(Step *step, BatchEvent *e)
 
 	/* A NULL step is a NULL state and no result. */
 	MemoryContextSwitchTo(step->cxt);
+	e->called_in = step->attempt;
 	ks->attempt = step->attempt;
 	ks->attempt_state_null = true;
 	e->has_result = false;
@@ -748,14 +905,20 @@ call_handler(Step *step, BatchEvent *e)
 	MemoryContextReset(step->call_cxt);
 }
 
-/* The attempt held: its states become the keys' states. */
+/* The attempt held: its calls are applied, and its states become the keys' states. */
 static void
 keep_attempt(Step *step, int from, int to)
 {
 	for (int i = from; i < to; i++)
 	{
-		KeyState   *ks = step->events[i].key;
+		BatchEvent *e = &step->events[i];
+		KeyState   *ks = e->key;
 
+		if (e->fate == FATE_NONE && e->called_in == step->attempt)
+		{
+			e->fate = FATE_APPLIED;
+			step->settled++;
+		}
 		if (ks->attempt == step->attempt)
 		{
 			ks->state = ks->attempt_state;
@@ -763,6 +926,48 @@ keep_attempt(Step *step, int from, int to)
 			ks->attempt = 0;
 		}
 	}
+}
+
+/*
+ * The call of the batch's event i failed (its error in e->error): the
+ * failure policy decides what follows, for the event and its key (see the
+ * banner).  A key that waits parks its events after i.
+ */
+static void
+fail_event(Step *step, int i)
+{
+	const OeConsumer *c = step->consumer;
+	BatchEvent *e = &step->events[i];
+	KeyState   *ks = e->key;
+	int			attempts = e->prior_attempts + 1;
+
+	ks->errors++;
+	step->settled++;
+	step->failures++;
+	if (attempts < c->max_attempts || c->on_error_hold)
+	{
+		ks->blocked = true;
+		ks->blocked_at = i;
+		ks->attempts = attempts;
+		ks->last_error = e->error;
+	}
+	if (attempts < c->max_attempts)
+	{
+		double		wait = (double) c->retry_delay_us * pow(2.0, attempts - 1);
+
+		e->fate = FATE_RETRY;
+		ks->has_next_attempt = true;
+		ks->next_attempt_at = step->now + (int64) Min(wait, (double) OE_MAX_RETRY_WAIT_US);
+	}
+	else if (c->on_error_hold)
+	{
+		e->fate = FATE_HELD;
+		ks->held = true;
+		ks->held_since = step->now;
+		ks->has_next_attempt = false;
+	}
+	else
+		e->fate = FATE_DEAD;
 }
 
 /*
@@ -781,16 +986,17 @@ handler_error(Step *step, ErrorData *edata, bool in_call)
 
 	if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED && !ours && !outer)
 		return NULL;
-	step->error_final = ours;
 	return psprintf("SQLSTATE %s: %s%s", unpack_sql_state(edata->sqlerrcode), edata->message,
 					edata->sqlerrcode == ERRCODE_QUERY_CANCELED && ours ?
 					psprintf(" (%s)", limit_text(step)) : "");
 }
 
 /*
- * Apply events from..to-1 in one subtransaction.  Returns -1 if every call
- * returned; otherwise the index of the event whose handler raised, after
- * rolling the subtransaction back, with the error in step->error.
+ * Apply the undecided events from..to-1 in one subtransaction: an event of
+ * a key that waits is parked instead, and a stopped call fails without a
+ * call.  Returns -1 if every call returned; otherwise the index of the
+ * event whose handler raised, after rolling the subtransaction back, with
+ * the error in step->error.
  */
 static int
 attempt(Step *step, int from, int to)
@@ -807,10 +1013,20 @@ attempt(Step *step, int from, int to)
 	{
 		for (; i < to; i++)
 		{
-			if (step->events[i].skip)
-				continue;		/* a dead letter already */
-			CHECK_FOR_INTERRUPTS();
-			call_handler(step, &step->events[i]);
+			BatchEvent *e = &step->events[i];
+
+			if (e->fate != FATE_NONE)
+				continue;
+			if ((e->key->blocked && i > e->key->blocked_at) ||
+				(!e->from_parked && e->key->parked_ahead > 0))
+				e->fate = FATE_PARKED;
+			else if (e->failed_before)
+				fail_event(step, i);
+			else
+			{
+				CHECK_FOR_INTERRUPTS();
+				call_handler(step, e);
+			}
 		}
 		ReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(old);
@@ -845,37 +1061,34 @@ attempt(Step *step, int from, int to)
 	return failed;
 }
 
-/* Apply every event of the batch, in order; see the banner for errors. */
+/*
+ * Apply every event of the batch, in order; see the banner for errors.
+ * After a failure, the calls before it run again from "from", and the
+ * subtransactions hold a quarter of the events the step decided per
+ * failure: a call that fails costs about a quarter of its share again.
+ */
 static void
 apply_all(Step *step)
 {
 	int			from = 0;
-	int			to = step->nevents;
 
 	while (from < step->nevents)
 	{
-		int			failed = attempt(step, from, to);
+		int			size = step->nevents - from;
+		int			to;
+		int			failed;
 
+		if (step->failures > 0)
+			size = Min(size, Max(1, step->settled / (4 * step->failures)));
+		to = from + size;
+		failed = attempt(step, from, to);
 		if (failed < 0)
-		{
-			from = to;			/* all held */
-			to = step->nevents;
-		}
-		else if (failed == from)
-		{
-			/* The first event raised, alone: that error is its own. */
-			step->events[from++].error = step->error;
-			to = step->nevents;
-		}
-		else if (step->error_final)
-		{
-			/* Its limit struck: its own error, not worth another limit. */
-			step->events[failed].error = step->error;
-			step->events[failed].skip = true;
-			to = failed;		/* again, up to it */
-		}
+			from = to;
 		else
-			to = failed;		/* again, up to the event that raised */
+		{
+			step->events[failed].error = step->error;
+			fail_event(step, failed);
+		}
 	}
 }
 
@@ -897,12 +1110,19 @@ save_states(Step *step)
 	for (int i = 0; i < step->nevents; i++)
 	{
 		BatchEvent *e = &step->events[i];
+		KeyState   *ks = e->key;
 
-		e->key->last_stream_id = e->event.stream_id;
-		e->key->last_seq = e->event.seq;
-		e->key->processed++;
-		if (e->error != NULL)
-			e->key->errors++;
+		if (e->fate != FATE_PARKED)
+		{
+			ks->last_stream_id = e->event.stream_id;
+			ks->last_seq = e->event.seq;
+		}
+		if (EVENT_DONE(e))
+			ks->processed++;
+		if (e->from_parked && EVENT_DONE(e))
+			ks->parked--;
+		else if (!e->from_parked && !EVENT_DONE(e))
+			ks->parked++;
 	}
 
 	values[Anum_oe_state_consumer_id - 1] = Int32GetDatum(step->consumer->consumer_id);
@@ -910,6 +1130,18 @@ save_states(Step *step)
 	hash_seq_init(&seq, step->keys);
 	while ((ks = hash_seq_search(&seq)) != NULL)
 	{
+		/*
+		 * A key whose wait the step decided, and that waits for nothing
+		 * now, is due at once if it has parked events left; a key whose
+		 * first parked event the step did not take waits as it did.
+		 */
+		if (!ks->blocked && !ks->held && (ks->took_parked || ks->parked_ahead == 0))
+		{
+			ks->has_next_attempt = ks->parked > 0;
+			ks->next_attempt_at = step->now;
+			ks->attempts = 0;
+			ks->last_error = NULL;
+		}
 		values[Anum_oe_state_key - 1] = PointerGetDatum(ks->key);
 		values[Anum_oe_state_state - 1] = ks->state;
 		isnull[Anum_oe_state_state - 1] = ks->state_null;
@@ -917,6 +1149,15 @@ save_states(Step *step)
 		values[Anum_oe_state_last_seq - 1] = Int64GetDatum(ks->last_seq);
 		values[Anum_oe_state_processed_count - 1] = Int64GetDatum(ks->processed);
 		values[Anum_oe_state_error_count - 1] = Int64GetDatum(ks->errors);
+		values[Anum_oe_state_attempts - 1] = Int32GetDatum(ks->attempts);
+		values[Anum_oe_state_next_attempt_at - 1] = TimestampTzGetDatum(ks->next_attempt_at);
+		isnull[Anum_oe_state_next_attempt_at - 1] = !ks->has_next_attempt;
+		values[Anum_oe_state_held_since - 1] = TimestampTzGetDatum(ks->held_since);
+		isnull[Anum_oe_state_held_since - 1] = !ks->held;
+		values[Anum_oe_state_last_error - 1] =
+			ks->last_error ? CStringGetTextDatum(ks->last_error) : (Datum) 0;
+		isnull[Anum_oe_state_last_error - 1] = ks->last_error == NULL;
+		values[Anum_oe_state_parked - 1] = Int32GetDatum(ks->parked);
 		if (ks->has_row)
 			oe_update_row(rels->handler_state, &ks->tid, values, isnull);
 		else
@@ -937,7 +1178,7 @@ save_results(Step *step)
 	{
 		BatchEvent *e = &step->events[i];
 
-		if (e->error != NULL || !e->has_result)
+		if (e->fate != FATE_APPLIED || !e->has_result)
 			continue;
 		values[Anum_oe_result_position - 1] =
 			Int64GetDatum(nextval_internal(rels->result_position_seq, false));
@@ -980,7 +1221,7 @@ derive_events(Step *step, TimestampTz step_start)
 		BatchEvent *e = &step->events[i];
 		OeEvent		derived;
 
-		if (e->error != NULL || !e->has_result)
+		if (e->fate != FATE_APPLIED || !e->has_result)
 			continue;
 		derived.key = e->event.key;
 		derived.payload = DatumGetPointer(e->result);
@@ -992,7 +1233,10 @@ derive_events(Step *step, TimestampTz step_start)
 	}
 }
 
-/* The events whose handler raised go to unprocessed. */
+/*
+ * The events whose handler failed for good under 'dead_letter' go to
+ * unprocessed.
+ */
 static void
 save_dead_letters(Step *step)
 {
@@ -1000,12 +1244,81 @@ save_dead_letters(Step *step)
 	{
 		BatchEvent *e = &step->events[i];
 
-		if (e->error == NULL)
+		if (e->fate != FATE_DEAD)
 			continue;
 		oe_dead_letter(text_to_cstring(e->event.stream), e->event.seq, e->event.key,
 					   e->event.payload_null ? NULL : DatumGetPointer(e->event.payload),
 					   e->event.event_ts, OE_EXCEPTION_THROWN, e->error,
 					   e->event.received_at, step->consumer->name);
+	}
+}
+
+/*
+ * The parked events the step is done with go from handler_parked, and with
+ * a re-driven one its old dead letter; the events the step took that wait
+ * are parked, in their order.
+ */
+static void
+save_parked(Step *step)
+{
+	const OeRelations *rels = oe_relations();
+	Datum		values[Natts_oe_parked];
+	bool		isnull[Natts_oe_parked] = {0};
+	Datum	   *keys = palloc(sizeof(Datum) * (step->nparked + 1));
+	Datum	   *positions = palloc(sizeof(Datum) * (step->nparked + 1));
+	int			ndone = 0;
+
+	for (int i = 0; i < step->nparked; i++)
+	{
+		BatchEvent *e = &step->events[i];
+
+		if (!EVENT_DONE(e))
+			continue;
+		keys[ndone] = PointerGetDatum(e->event.key);
+		positions[ndone++] = Int64GetDatum(e->parked_position);
+		if (e->dead_letter)
+		{
+			Datum		args[4];
+
+			args[0] = CStringGetTextDatum(step->consumer->name);
+			args[1] = PointerGetDatum(e->event.stream);
+			args[2] = Int64GetDatum(e->event.seq);
+			args[3] = PointerGetDatum(e->event.key);
+			oe_run_plan(&plans[PLAN_FORGET_DEAD_LETTER], args, NULL, SPI_OK_DELETE);
+		}
+	}
+	if (ndone > 0)
+	{
+		Datum		args[3];
+
+		args[0] = Int32GetDatum(step->consumer->consumer_id);
+		args[1] = oe_array(keys, NULL, ndone, TEXTOID);
+		args[2] = oe_array(positions, NULL, ndone, INT8OID);
+		oe_run_plan(&plans[PLAN_UNPARK], args, NULL, SPI_OK_DELETE);
+	}
+
+	values[Anum_oe_parked_consumer_id - 1] = Int32GetDatum(step->consumer->consumer_id);
+	values[Anum_oe_parked_dead_letter - 1] = BoolGetDatum(false);
+	values[Anum_oe_parked_parked_at - 1] = TimestampTzGetDatum(step->now);
+	for (int i = step->nparked; i < step->nevents; i++)
+	{
+		BatchEvent *e = &step->events[i];
+
+		if (EVENT_DONE(e))
+			continue;
+		values[Anum_oe_parked_key - 1] = PointerGetDatum(e->event.key);
+		values[Anum_oe_parked_position - 1] =
+			Int64GetDatum(nextval_internal(rels->parked_position_seq, false));
+		values[Anum_oe_parked_stream_id - 1] = Int32GetDatum(e->event.stream_id);
+		values[Anum_oe_parked_seq - 1] = Int64GetDatum(e->event.seq);
+		values[Anum_oe_parked_arrival - 1] = Int64GetDatum(e->event.arrival);
+		values[Anum_oe_parked_payload - 1] = e->event.payload;
+		isnull[Anum_oe_parked_payload - 1] = e->event.payload_null;
+		values[Anum_oe_parked_event_ts - 1] = TimestampTzGetDatum(e->event.event_ts);
+		values[Anum_oe_parked_alignment_ts - 1] = TimestampTzGetDatum(e->event.alignment_ts);
+		values[Anum_oe_parked_last_event - 1] = BoolGetDatum(e->event.last_event);
+		values[Anum_oe_parked_received_at - 1] = TimestampTzGetDatum(e->event.received_at);
+		oe_insert_row(rels->handler_parked, values, isnull);
 	}
 }
 
@@ -1061,7 +1374,7 @@ take_stopped_calls(Step *step)
 			if (e->event.stream_id == calls[c].stream_id && e->event.seq == calls[c].seq &&
 				e->event.arrival == calls[c].arrival)
 			{
-				e->skip = true;
+				e->failed_before = true;
 				e->error = MemoryContextStrdup(step->cxt, stopped_detail(&calls[c]));
 				found = true;
 			}
@@ -1349,7 +1662,11 @@ process_step(const OeConsumer *consumer, int32 max_events, bool in_worker, int s
 							HASH_ELEM | HASH_FUNCTION | HASH_COMPARE | HASH_CONTEXT);
 
 	open_handler(&step);
-	(void) oe_consumer_take(consumer, max_events, true, collect_event, &step);
+	step.now = GetCurrentTimestamp();
+	oe_consumer_lock(consumer);
+	take_parked(&step, max_events);
+	if (step.nparked < max_events)
+		(void) oe_consumer_take(consumer, max_events - step.nparked, true, collect_event, &step);
 	take_stopped_calls(&step);
 	if (step.nevents > 0)
 	{
@@ -1378,6 +1695,7 @@ process_step(const OeConsumer *consumer, int32 max_events, bool in_worker, int s
 		else
 			save_results(&step);
 		save_dead_letters(&step);
+		save_parked(&step);
 	}
 	MemoryContextDelete(step.cxt);
 	return step.nevents;
@@ -1469,7 +1787,8 @@ oe_check_not_in_step_sql(PG_FUNCTION_ARGS)
 
 /*
  * create_consumer(consumer text, partitions integer, handler regprocedure,
- * output_stream text, alignment text, handler_timeout interval) returns void
+ * output_stream text, alignment text, handler_timeout interval, on_error
+ * text, max_attempts integer, retry_delay interval) returns void
  *
  * The calling role becomes the handler's owner; define_consumer() does
  * the rest as the owner of the extension's tables.
@@ -1480,19 +1799,22 @@ oe_create_consumer(PG_FUNCTION_ARGS)
 {
 	Oid			caller = GetUserId();
 	OeInternalScope scope;
-	Datum		values[7];
-	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	Datum		values[10];
+	char		nulls[10] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 
 	oe_check_not_null(fcinfo, 0, "consumer");
 	oe_check_not_null(fcinfo, 1, "partitions");
 	oe_check_not_null(fcinfo, 4, "alignment");
-	for (int i = 0; i < 6; i++)
+	oe_check_not_null(fcinfo, 6, "on_error");
+	oe_check_not_null(fcinfo, 7, "max_attempts");
+	oe_check_not_null(fcinfo, 8, "retry_delay");
+	for (int i = 0; i < 9; i++)
 	{
 		values[i] = PG_GETARG_DATUM(i);
 		if (PG_ARGISNULL(i))
 			nulls[i] = 'n';
 	}
-	values[6] = ObjectIdGetDatum(caller);
+	values[9] = ObjectIdGetDatum(caller);
 
 	oe_internal_begin(&scope, oe_relations()->owner);
 	oe_run_plan(&plans[PLAN_DEFINE], values, nulls, SPI_OK_SELECT);

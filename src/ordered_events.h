@@ -79,7 +79,12 @@
 #define Anum_oe_state_processed_count	6
 #define Anum_oe_state_error_count		7
 #define Anum_oe_state_updated_at		8
-#define Natts_oe_state					8
+#define Anum_oe_state_attempts			9
+#define Anum_oe_state_next_attempt_at	10
+#define Anum_oe_state_held_since		11
+#define Anum_oe_state_last_error		12
+#define Anum_oe_state_parked			13
+#define Natts_oe_state					13
 
 #define Anum_oe_result_consumer_id		1
 #define Anum_oe_result_position			2
@@ -89,6 +94,21 @@
 #define Anum_oe_result_result			6
 #define Anum_oe_result_produced_at		7
 #define Natts_oe_result					7
+
+#define Anum_oe_parked_consumer_id		1
+#define Anum_oe_parked_key				2
+#define Anum_oe_parked_position			3
+#define Anum_oe_parked_stream_id		4
+#define Anum_oe_parked_seq				5
+#define Anum_oe_parked_arrival			6
+#define Anum_oe_parked_payload			7
+#define Anum_oe_parked_event_ts			8
+#define Anum_oe_parked_alignment_ts		9
+#define Anum_oe_parked_last_event		10
+#define Anum_oe_parked_received_at		11
+#define Anum_oe_parked_dead_letter		12
+#define Anum_oe_parked_parked_at		13
+#define Natts_oe_parked					13
 
 /* The labels of ordered_events.outcome, in declaration order. */
 typedef enum OeOutcome
@@ -156,6 +176,8 @@ typedef struct OeRelations
 	Oid			handler_state;
 	Oid			handler_result;
 	Oid			result_position_seq;
+	Oid			handler_parked;
+	Oid			parked_position_seq;
 	Oid			event_type;		/* composite ordered_events.event */
 	Oid			step_type;		/* composite ordered_events.step */
 } OeRelations;
@@ -273,6 +295,9 @@ typedef struct OeConsumer
 	text	   *output_stream;	/* derived events go there; NULL: results */
 	bool		align_processing;	/* alignment 'processing' */
 	int			handler_timeout_ms; /* its own handler_timeout, -1: none */
+	bool		on_error_hold;	/* on_error 'hold', else 'dead_letter' */
+	int32		max_attempts;	/* failed calls of an event before on_error */
+	int64		retry_delay_us; /* before the first retry, doubled at each */
 	Oid			reader;			/* who reads its streams ('read'): the owner,
 								 * or the caller of a consumer without one */
 } OeConsumer;
@@ -463,6 +488,7 @@ extern void oe_dead_letter_row(const char *stream, uint64 row, OeOutcome reason,
 extern int32 oe_consumer_args(FunctionCallInfo fcinfo, const char *takes);
 extern void oe_consumer_lookup(Datum name, int32 partition, OeConsumer *consumer);
 extern bool oe_consumer_lock_nowait(const char *consumer, int32 partition);
+extern void oe_consumer_lock(const OeConsumer *consumer);
 extern int32 oe_consumer_take(const OeConsumer *consumer, int32 max_events, bool consume,
 							  OeEventSink sink, void *arg);
 

@@ -133,6 +133,18 @@ oe_note_events_written(void)
 	events_written = true;
 }
 
+/*
+ * wake_worker() returns void: the worker looks for work when this
+ * transaction commits (redrive(), skip_held()).
+ */
+PG_FUNCTION_INFO_V1(oe_wake_worker);
+Datum
+oe_wake_worker(PG_FUNCTION_ARGS)
+{
+	oe_note_events_written();
+	PG_RETURN_VOID();
+}
+
 /* At the exit of a database worker: its slot shows no running worker. */
 static void
 leave_slot(int code, Datum arg)

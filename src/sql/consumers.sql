@@ -30,6 +30,10 @@ CREATE TABLE ordered_events.consumer_def (
     alignment text NOT NULL DEFAULT 'inherit' CHECK (alignment IN ('inherit', 'processing')),
     handler_timeout interval
         CHECK (handler_timeout > interval '0' AND handler_timeout <= interval '24 days'),
+    on_error text NOT NULL DEFAULT 'dead_letter' CHECK (on_error IN ('dead_letter', 'hold')),
+    max_attempts integer NOT NULL DEFAULT 1 CHECK (max_attempts BETWEEN 1 AND 100),
+    retry_delay interval NOT NULL DEFAULT '1 s'
+        CHECK (retry_delay >= interval '0' AND retry_delay <= interval '1 day'),
     -- named as the updates from 0.1 named them
     CONSTRAINT consumer_def_check CHECK ((handler IS NULL) = (handler_owner IS NULL)),
     CONSTRAINT consumer_def_check1 CHECK (handler IS NOT NULL OR output_stream_id IS NULL)
@@ -40,6 +44,8 @@ COMMENT ON TABLE ordered_events.consumer_def IS
     'Internal: one row per consumer';
 COMMENT ON COLUMN ordered_events.consumer_def.handler_timeout IS
     'The limit of one handler call; NULL: the server''s ordered_events.handler_timeout';
+COMMENT ON COLUMN ordered_events.consumer_def.on_error IS
+    'What becomes of an event whose handler failed max_attempts times: ''dead_letter'' or ''hold''';
 SELECT pg_catalog.pg_extension_config_dump('ordered_events.consumer_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('ordered_events.consumer_def', '');
 
@@ -279,7 +285,8 @@ COMMENT ON FUNCTION ordered_events.forget_unused_totals(integer) IS
 REVOKE EXECUTE ON FUNCTION ordered_events.forget_unused_totals(integer) FROM PUBLIC;
 CREATE FUNCTION ordered_events.define_consumer(
     consumer text, partitions integer, handler regprocedure, output_stream text,
-    alignment text, handler_timeout interval, owner regrole)
+    alignment text, handler_timeout interval, on_error text, max_attempts integer,
+    retry_delay interval, owner regrole)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -301,9 +308,11 @@ BEGIN
             'Use ''inherit'' (a derived event has its parent''s alignment_ts) or ''processing'' (the time it is derived).');
     END IF;
     PERFORM ordered_events.check_handler_timeout(handler_timeout);
+    PERFORM ordered_events.check_failure_policy(on_error, max_attempts, retry_delay);
     IF handler IS NULL THEN
-        IF output_stream IS NOT NULL OR alignment <> 'inherit' OR handler_timeout IS NOT NULL THEN
-            RAISE EXCEPTION 'output_stream, alignment and handler_timeout need a handler'
+        IF output_stream IS NOT NULL OR alignment <> 'inherit' OR handler_timeout IS NOT NULL
+           OR on_error <> 'dead_letter' OR max_attempts <> 1 OR retry_delay <> interval '1 s' THEN
+            RAISE EXCEPTION 'output_stream, alignment, handler_timeout, on_error, max_attempts and retry_delay need a handler'
                 USING ERRCODE = 'invalid_parameter_value',
                       HINT = 'Pass handler => ''fn(jsonb, ordered_events.event)''::regprocedure, or leave these out.';
         END IF;
@@ -315,33 +324,39 @@ BEGIN
     END IF;
     INSERT INTO ordered_events.consumer_def
         (consumer, partitions, handler, owner, handler_owner, output_stream_id, alignment,
-         handler_timeout)
+         handler_timeout, on_error, max_attempts, retry_delay)
     VALUES (define_consumer.consumer, define_consumer.partitions, handler::text, owner,
             (SELECT p.proowner FROM pg_catalog.pg_proc p WHERE p.oid = handler),
-            output_id, define_consumer.alignment, define_consumer.handler_timeout);
+            output_id, define_consumer.alignment, define_consumer.handler_timeout,
+            define_consumer.on_error, define_consumer.max_attempts, define_consumer.retry_delay);
 EXCEPTION WHEN unique_violation THEN
     RAISE EXCEPTION 'consumer "%" already exists', consumer
         USING ERRCODE = 'duplicate_object',
               HINT = 'Drop it first with ordered_events.drop_consumer(), or choose another name.';
 END;
 $$;
-COMMENT ON FUNCTION ordered_events.define_consumer(text, integer, regprocedure, text, text, interval, regrole) IS
+COMMENT ON FUNCTION ordered_events.define_consumer(text, integer, regprocedure, text, text, interval, text, integer, interval, regrole) IS
     'Internal: create_consumer() once it knows the calling role';
-REVOKE EXECUTE ON FUNCTION ordered_events.define_consumer(text,integer,regprocedure,text,text,interval,regrole) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION ordered_events.define_consumer(text,integer,regprocedure,text,text,interval,text,integer,interval,regrole) FROM PUBLIC;
 CREATE FUNCTION ordered_events.create_consumer(
     consumer text,
     partitions integer DEFAULT 1,
     handler regprocedure DEFAULT NULL,
     output_stream text DEFAULT NULL,
     alignment text DEFAULT 'inherit',
-    handler_timeout interval DEFAULT NULL)
+    handler_timeout interval DEFAULT NULL,
+    on_error text DEFAULT 'dead_letter',
+    max_attempts integer DEFAULT 1,
+    retry_delay interval DEFAULT '1 s')
 RETURNS void
 LANGUAGE c VOLATILE
 AS 'MODULE_PATHNAME', 'oe_create_consumer';
-COMMENT ON FUNCTION ordered_events.create_consumer(text, integer, regprocedure, text, text, interval) IS
+COMMENT ON FUNCTION ordered_events.create_consumer(text, integer, regprocedure, text, text, interval, text, integer, interval) IS
     'Create a consumer owned by the calling role: a named reader of the released events of the streams it subscribes to, read by the extension through a handler if one is given';
-REVOKE EXECUTE ON FUNCTION ordered_events.create_consumer(text,integer,regprocedure,text,text,interval) FROM PUBLIC;
-CREATE FUNCTION ordered_events.alter_consumer_as(consumer text, handler_timeout interval,
+REVOKE EXECUTE ON FUNCTION ordered_events.create_consumer(text,integer,regprocedure,text,text,interval,text,integer,interval) FROM PUBLIC;
+CREATE FUNCTION ordered_events.alter_consumer_as(consumer text, on_error text,
+                                                 max_attempts integer, retry_delay interval,
+                                                 handler_timeout interval,
                                                  owner regrole, caller regrole)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
@@ -353,10 +368,12 @@ DECLARE
 BEGIN
     c := ordered_events.consumer_to_change(consumer, caller, for_update => true);
     PERFORM ordered_events.check_handler_timeout(handler_timeout);
-    IF handler_timeout IS NOT NULL AND c.handler IS NULL THEN
+    PERFORM ordered_events.check_failure_policy(on_error, max_attempts, retry_delay);
+    IF c.handler IS NULL AND (handler_timeout IS NOT NULL OR on_error IS NOT NULL
+                              OR max_attempts IS NOT NULL OR retry_delay IS NOT NULL) THEN
         RAISE EXCEPTION 'consumer "%" has no handler', consumer
             USING ERRCODE = 'wrong_object_type',
-                  HINT = 'handler_timeout limits the calls of a handler; a consumer without one is read by read().';
+                  HINT = 'handler_timeout, on_error, max_attempts and retry_delay rule the calls of a handler; a consumer without one is read by read().';
     END IF;
     IF alter_consumer_as.owner IS NOT NULL THEN
         -- the new owner must be allowed what the consumer does
@@ -377,23 +394,29 @@ BEGIN
     END IF;
     UPDATE ordered_events.consumer_def d
        SET handler_timeout = coalesce(alter_consumer_as.handler_timeout, d.handler_timeout),
+           on_error = coalesce(alter_consumer_as.on_error, d.on_error),
+           max_attempts = coalesce(alter_consumer_as.max_attempts, d.max_attempts),
+           retry_delay = coalesce(alter_consumer_as.retry_delay, d.retry_delay),
            owner = coalesce(alter_consumer_as.owner, d.owner)
      WHERE d.consumer_id = c.consumer_id;
 END;
 $$;
-COMMENT ON FUNCTION ordered_events.alter_consumer_as(text, interval, regrole, regrole) IS
+COMMENT ON FUNCTION ordered_events.alter_consumer_as(text, text, integer, interval, interval, regrole, regrole) IS
     'Internal: alter_consumer() once it knows the calling role';
-REVOKE EXECUTE ON FUNCTION ordered_events.alter_consumer_as(text,interval,regrole,regrole) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION ordered_events.alter_consumer_as(text,text,integer,interval,interval,regrole,regrole) FROM PUBLIC;
 CREATE FUNCTION ordered_events.alter_consumer(
     consumer text,
+    on_error text DEFAULT NULL,
+    max_attempts integer DEFAULT NULL,
+    retry_delay interval DEFAULT NULL,
     handler_timeout interval DEFAULT NULL,
     owner regrole DEFAULT NULL)
 RETURNS void
 LANGUAGE c VOLATILE
 AS 'MODULE_PATHNAME', 'oe_call_as_caller';
-COMMENT ON FUNCTION ordered_events.alter_consumer(text, interval, regrole) IS
-    'Change the handler_timeout of a consumer or give it to another role; NULL keeps the value; for its owner';
-REVOKE EXECUTE ON FUNCTION ordered_events.alter_consumer(text,interval,regrole) FROM PUBLIC;
+COMMENT ON FUNCTION ordered_events.alter_consumer(text, text, integer, interval, interval, regrole) IS
+    'Change the failure policy or handler_timeout of a consumer, or give it to another role; NULL keeps the value; for its owner';
+REVOKE EXECUTE ON FUNCTION ordered_events.alter_consumer(text,text,integer,interval,interval,regrole) FROM PUBLIC;
 CREATE FUNCTION ordered_events.drop_consumer_as(consumer text, caller regrole)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
@@ -414,6 +437,7 @@ BEGIN
     -- its handler's states, results and dead letters go with it, as a
     -- stream's dead letters go with drop_stream()
     DELETE FROM ordered_events.handler_state k WHERE k.consumer_id = c.consumer_id;
+    DELETE FROM ordered_events.handler_parked p WHERE p.consumer_id = c.consumer_id;
     DELETE FROM ordered_events.handler_result r WHERE r.consumer_id = c.consumer_id;
     DELETE FROM ordered_events.unprocessed u WHERE u.consumer = c.consumer;
     PERFORM ordered_events.forget_unused_totals(id) FROM unnest(streams) id;

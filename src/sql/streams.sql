@@ -354,6 +354,7 @@ BEGIN
     DELETE FROM ordered_events.key_arrivals a WHERE a.stream_id = d.stream_id;
     DELETE FROM ordered_events.unprocessed u WHERE u.stream = d.stream;
     DELETE FROM ordered_events.gap_skips g WHERE g.stream_id = d.stream_id;
+    PERFORM ordered_events.forget_parked(d.stream_id);
     DELETE FROM ordered_events.stream_def s WHERE s.stream_id = d.stream_id;
 END;
 $$;

@@ -64,7 +64,7 @@ SELECT functions_are('ordered_events', ARRAY[
     'create_consumer', 'drop_consumer', 'subscribe', 'unsubscribe', 'read', 'peek',
     'key_partition',
     -- handlers
-    'process',
+    'process', 'redrive', 'skip_held',
     -- owners and privileges (0.3)
     'grant_stream', 'revoke_stream', 'has_stream_privilege', 'alter_consumer',
     -- internal
@@ -81,23 +81,26 @@ SELECT functions_are('ordered_events', ARRAY[
     'check_no_cycle', 'check_owner', 'consumer_to_change', 'check_stream_privilege', 'create_stream_as',
     'drop_consumer_as', 'drop_stream_as', 'grant_stream_as', 'may_read_stream',
     'revoke_stream_as', 'subscribe_as', 'unsubscribe_as', 'check_not_in_step',
-    'lock_subscriptions', 'retention_cutoff', 'gap_expired', 'released_end'],
+    'lock_subscriptions', 'retention_cutoff', 'gap_expired', 'released_end',
+    'check_failure_policy', 'forget_parked', 'handler_consumer_to_change', 'redrive_as',
+    'skip_held_as', 'wake_worker'],
     'schema ordered_events has exactly the functions of 0.3');
 SELECT tables_are('ordered_events', ARRAY[
     'unprocessed',
     -- internal
     'stream_def', 'event_store', 'progress', 'lane_release_log', 'gap_skips', 'key_arrivals',
     'release_totals', 'consumer_def', 'subscription', 'handler_state', 'handler_result',
-    'key_counters', 'deleted_totals', 'cycle_hook'],
+    'handler_parked', 'key_counters', 'deleted_totals', 'cycle_hook'],
     'schema ordered_events has exactly the tables of 0.3');
 SELECT views_are('ordered_events', ARRAY[
     'streams', 'inbox', 'released', 'pending', 'ranges', 'key_status', 'stream_stats',
     'worker_status', 'skipped_gaps', 'consumers', 'key_state', 'results', 'metrics',
+    'held',
     -- internal
     'accepted_events'],
     'schema ordered_events has exactly the views of 0.3');
 SELECT sequences_are('ordered_events', ARRAY['stream_id_seq', 'arrival_seq', 'consumer_id_seq',
-                                             'result_position_seq'],
+                                             'result_position_seq', 'parked_position_seq'],
     'schema ordered_events has exactly the sequences of 0.3 (no fence stream exists)');
 
 -- The types of the schema: the enums and the handlers' composite types

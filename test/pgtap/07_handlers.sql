@@ -16,10 +16,11 @@ SELECT plan(74);
 INSERT INTO contract_function VALUES
 (1, 'process', '{text,integer,integer}', 'bigint', 'volatile',
     'consumer text, max_events integer DEFAULT 1000, partition integer DEFAULT 0', 'bigint'),
-(2, 'create_consumer', '{text,integer,regprocedure,text,text,interval}', 'void', 'volatile',
+(2, 'create_consumer', '{text,integer,regprocedure,text,text,interval,text,integer,interval}', 'void', 'volatile',
     'consumer text, partitions integer DEFAULT 1, handler regprocedure DEFAULT NULL::regprocedure, '
     'output_stream text DEFAULT NULL::text, alignment text DEFAULT ''inherit''::text, '
-    'handler_timeout interval DEFAULT NULL::interval', 'void');
+    'handler_timeout interval DEFAULT NULL::interval, on_error text DEFAULT ''dead_letter''::text, '
+    'max_attempts integer DEFAULT 1, retry_delay interval DEFAULT ''00:00:01''::interval', 'void');
 
 SELECT * FROM pg_temp.function_contract_tests();
 
@@ -48,7 +49,8 @@ SELECT has_view('ordered_events', v, format('view ordered_events.%s exists', v))
   FROM unnest('{key_state,results}'::name[]) WITH ORDINALITY AS x(v, n) ORDER BY n;
 SELECT is(pg_temp.columns_of('ordered_events.key_state'),
     'consumer text, key text, state jsonb, last_stream text, last_seq bigint, '
-    'processed_count bigint, error_count bigint, updated_at timestamp with time zone',
+    'processed_count bigint, error_count bigint, updated_at timestamp with time zone, '
+    'attempts integer, next_attempt_at timestamp with time zone, held boolean',
     'key_state: columns in contract order with contract types');
 SELECT is(pg_temp.columns_of('ordered_events.results'),
     'consumer text, position bigint, stream text, seq bigint, key text, result jsonb, '

@@ -9,7 +9,7 @@
 -- SQLSTATE of each kind of bad input.  sql/privileges.sql runs the same
 -- rules for every kind of role, with the grants of docs/security.md.
 BEGIN;
-SELECT plan(89);
+SELECT plan(93);
 
 ------------------------------------------------------------------------
 -- Signatures: 5 functions x 5 tests = 25
@@ -32,8 +32,10 @@ INSERT INTO contract_function VALUES
     'role regrole, stream text, privilege text', '{EXECUTE}'),
 (4, 'has_stream_privilege', '{text,text}', 'boolean', 'stable',
     'stream text, privilege text', '{EXECUTE}'),
-(5, 'alter_consumer', '{text,interval,regrole}', 'void', 'volatile',
-    'consumer text, handler_timeout interval DEFAULT NULL::interval, owner regrole DEFAULT NULL::regrole',
+(5, 'alter_consumer', '{text,text,integer,interval,interval,regrole}', 'void', 'volatile',
+    'consumer text, on_error text DEFAULT NULL::text, max_attempts integer DEFAULT NULL::integer, '
+    'retry_delay interval DEFAULT NULL::interval, handler_timeout interval DEFAULT NULL::interval, '
+    'owner regrole DEFAULT NULL::regrole',
     '{}');
 
 SELECT has_function('ordered_events', f.name, f.argtypes,
@@ -100,14 +102,16 @@ GRANT EXECUTE ON FUNCTION
     ordered_events.release(text),
     ordered_events.ingest(text, bigint, text, jsonb, timestamptz, timestamptz, boolean),
     ordered_events.append(text, text, jsonb, timestamptz),
-    ordered_events.create_consumer(text, integer, regprocedure, text, text, interval),
-    ordered_events.alter_consumer(text, interval, regrole),
+    ordered_events.create_consumer(text, integer, regprocedure, text, text, interval, text, integer, interval),
+    ordered_events.alter_consumer(text, text, integer, interval, interval, regrole),
     ordered_events.drop_consumer(text),
     ordered_events.subscribe(text, text, interval, text),
     ordered_events.unsubscribe(text, text),
     ordered_events.read(text, integer, integer),
     ordered_events.peek(text, integer, integer),
-    ordered_events.process(text, integer, integer)
+    ordered_events.process(text, integer, integer),
+    ordered_events.redrive(text, text),
+    ordered_events.skip_held(text, text, text)
   TO tap_oe_api;
 GRANT INSERT ON ordered_events.inbox TO tap_oe_api;
 GRANT SELECT ON ordered_events.released, ordered_events.pending, ordered_events.unprocessed
@@ -154,8 +158,8 @@ SELECT results_eq(
     'the owner, its members and superusers have read and write; others nothing');
 
 ------------------------------------------------------------------------
--- Each owner-only function: 42501 for another role (12), allowed to a
--- member of the owner role (12)
+-- Each owner-only function: 42501 for another role (14), allowed to a
+-- member of the owner role (14)
 ------------------------------------------------------------------------
 CREATE TEMP TABLE owner_only (
     ord int PRIMARY KEY,
@@ -187,7 +191,11 @@ INSERT INTO owner_only VALUES
 (11, 'drop_consumer', $$SELECT ordered_events.drop_consumer('tap_oe_c2')$$,
     'must be owner of consumer "tap_oe_c2"'),
 (12, 'drop_stream', $$SELECT ordered_events.drop_stream('tap_oe_t2')$$,
-    'must be owner of stream "tap_oe_t2"');
+    'must be owner of stream "tap_oe_t2"'),
+(13, 'redrive', $$SELECT ordered_events.redrive('tap_oe_h')$$,
+    'must be owner of consumer "tap_oe_h"'),
+(14, 'skip_held', $$SELECT ordered_events.skip_held('tap_oe_h', 'k', 'a reason')$$,
+    'must be owner of consumer "tap_oe_h"');
 
 SELECT throws_ok(format('SELECT pg_temp.as_role(%L, %L)', 'tap_oe_other', o.sql), '42501', o.message,
                  format('%s: 42501 for a role that is not the owner', o.label))
