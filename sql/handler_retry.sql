@@ -70,6 +70,34 @@ SELECT string_agg(seq::text, ',' ORDER BY position) AS results
   FROM ordered_events.results WHERE consumer = 'hr_flaky';
 SELECT state, processed_count, error_count FROM ordered_events.key_state WHERE consumer = 'hr_flaky';
 
-SELECT ordered_events.drop_consumer('hr_always'), ordered_events.drop_consumer('hr_flaky');
+-- Errors cost what they cost: 15 % of 1,000 events raise (chosen by their
+-- seq), each is called once, and the calls before each error run again
+-- in short subtransactions: at most 1.2 calls per event.
+CREATE SEQUENCE hr.calls_15;
+CREATE FUNCTION hr.fails_15(state jsonb, e ordered_events.event)
+RETURNS ordered_events.step LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM nextval('hr.calls_15');
+    IF (e.seq * 7919) % 100 < 15 THEN
+        RAISE EXCEPTION 'seq % fails', e.seq;
+    END IF;
+    RETURN ROW(jsonb_build_object('n', coalesce((state ->> 'n')::int, 0) + 1), NULL)::ordered_events.step;
+END $$;
+SELECT ordered_events.create_stream('hr_15');
+SELECT ordered_events.create_consumer('hr_15', handler => 'hr.fails_15(jsonb, ordered_events.event)');
+SELECT ordered_events.subscribe('hr_15', 'hr_15');
+SELECT count(*) FROM (SELECT ordered_events.ingest('hr_15', g, 'k' || g % 100)
+                        FROM generate_series(1, 1000) g) i;
+SELECT ordered_events.release('hr_15');
+SELECT ordered_events.process('hr_15', 1000);
+SELECT count(*) AS letters FROM ordered_events.unprocessed WHERE consumer = 'hr_15';
+SELECT sum(processed_count) AS processed, sum(error_count) AS errors
+  FROM ordered_events.key_state WHERE consumer = 'hr_15';
+SELECT calls, calls / 1000.0 <= 1.2 AS at_most_1_2_calls_per_event
+  FROM (SELECT nextval('hr.calls_15') - 1 AS calls) c;
+
+SELECT ordered_events.drop_consumer('hr_always'), ordered_events.drop_consumer('hr_flaky'),
+       ordered_events.drop_consumer('hr_15');
+SELECT ordered_events.drop_stream('hr_15');
 SELECT ordered_events.drop_stream('hr_s');
 DROP SCHEMA hr CASCADE;
