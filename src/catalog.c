@@ -203,6 +203,7 @@ static const struct
 	{"progress_pkey", offsetof(OeRelations, progress_pkey)},
 	{"arrival_seq", offsetof(OeRelations, arrival_seq)},
 	{"handler_state", offsetof(OeRelations, handler_state)},
+	{"handler_state_pkey", offsetof(OeRelations, handler_state_pkey)},
 	{"handler_result", offsetof(OeRelations, handler_result)},
 	{"result_position_seq", offsetof(OeRelations, result_position_seq)},
 	{"handler_parked", offsetof(OeRelations, handler_parked)},

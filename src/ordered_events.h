@@ -174,6 +174,7 @@ typedef struct OeRelations
 	Oid			arrival_seq;
 	Oid			outcome_type;
 	Oid			handler_state;
+	Oid			handler_state_pkey;
 	Oid			handler_result;
 	Oid			result_position_seq;
 	Oid			handler_parked;
