@@ -120,7 +120,9 @@ GRANT EXECUTE ON FUNCTION ordered_events.create_consumer(text, integer, regproce
                           ordered_events.subscribe(text, text, interval, text),
                           ordered_events.unsubscribe(text, text),
                           ordered_events.alter_consumer(text, text, integer, interval, interval, regrole),
-                          ordered_events.drop_consumer(text) TO shopkeeper;
+                          ordered_events.drop_consumer(text),
+                          ordered_events.redrive(text, text),
+                          ordered_events.skip_held(text, text, text) TO shopkeeper;
 GRANT EXECUTE ON FUNCTION ordered_events.process(text, integer, integer) TO processor;
 GRANT shopkeeper TO processor;
 GRANT SELECT ON ordered_events.key_state, ordered_events.results, ordered_events.released TO reporting;
