@@ -109,10 +109,10 @@ SELECT ordered_events.process('hp_retry');
 SELECT attempts, round(extract(epoch FROM next_attempt_at - now())) AS retry_in_s
   FROM ordered_events.key_state WHERE consumer = 'hp_retry' AND key = 'k1';
 COMMIT;
--- fixed before the third: k1's three events applied in their order
+-- fixed before the third, and re-driven rather than waiting 20 s: k1's
+-- three events applied in their order
 DELETE FROM hp.broken;
-UPDATE ordered_events.handler_state SET next_attempt_at = now() - interval '1 s'
- WHERE key = 'k1' AND consumer_id = (SELECT consumer_id FROM ordered_events.consumer_def WHERE consumer = 'hp_retry');
+SELECT ordered_events.redrive('hp_retry', 'k1');
 SELECT ordered_events.process('hp_retry');
 SELECT string_agg(key || ':' || seq, ',' ORDER BY position) AS results
   FROM ordered_events.results WHERE consumer = 'hp_retry';
@@ -156,6 +156,18 @@ SELECT count(*) AS letters FROM ordered_events.unprocessed WHERE consumer = 'hp_
 SELECT string_agg(seq::text, ',' ORDER BY position) AS results
   FROM ordered_events.results WHERE consumer = 'hp_dl';
 SELECT state, processed_count FROM ordered_events.key_state WHERE consumer = 'hp_dl';
+
+-- A re-driven dead letter that fails for good again stays a dead letter,
+-- with its new error.
+SELECT ordered_events.create_consumer('hp_dl2', handler => 'hp.count(jsonb, ordered_events.event)');
+SELECT ordered_events.subscribe('hp_dl2', 'hp_d');
+INSERT INTO hp.broken VALUES ('d1');
+SELECT ordered_events.process('hp_dl2');
+UPDATE ordered_events.unprocessed SET detail = 'the first failure' WHERE consumer = 'hp_dl2';
+SELECT ordered_events.redrive('hp_dl2');
+SELECT ordered_events.process('hp_dl2');
+SELECT seq, detail FROM ordered_events.unprocessed WHERE consumer = 'hp_dl2' ORDER BY seq;
+DELETE FROM hp.broken;
 
 --
 -- Hold: the order state machine holds o1 on a declined card; its later
@@ -231,7 +243,7 @@ SELECT attempts, next_attempt_at, held FROM ordered_events.key_state WHERE consu
 SELECT count(*) AS parked FROM ordered_events.handler_parked;
 
 SELECT ordered_events.drop_consumer(c)
-  FROM unnest('{hp_plain,hp_retry,hp_dl,order_status}'::text[]) c;
+  FROM unnest('{hp_plain,hp_retry,hp_dl,hp_dl2,order_status}'::text[]) c;
 SELECT count(*) AS states FROM ordered_events.handler_state;
 SELECT ordered_events.drop_stream(s) FROM unnest('{hp_s,orders}'::text[]) s;
 DROP SCHEMA hp CASCADE;

@@ -1734,8 +1734,8 @@ process_step(const OeConsumer *consumer, int32 max_events, bool in_worker, int s
 			derive_events(&step, step_start);
 		else
 			save_results(&step);
+		save_parked(&step);		/* first: it forgets re-driven dead letters */
 		save_dead_letters(&step);
-		save_parked(&step);
 	}
 	MemoryContextDelete(step.cxt);
 	return step.nevents;

@@ -382,9 +382,11 @@ DECLARE
     letters bigint := 0;
     l record;
 BEGIN
+    -- held keys, and keys waiting for a retry: due now, with their attempts again
     UPDATE ordered_events.handler_state k
        SET held_since = NULL, attempts = 0, next_attempt_at = now()
-     WHERE k.consumer_id = c.consumer_id AND k.held_since IS NOT NULL
+     WHERE k.consumer_id = c.consumer_id
+       AND (k.held_since IS NOT NULL OR (k.parked > 0 AND k.next_attempt_at > now()))
        AND (redrive_as.key IS NULL OR k.key = redrive_as.key);
     GET DIAGNOSTICS held = ROW_COUNT;
     IF c.on_error = 'dead_letter' THEN
@@ -428,7 +430,7 @@ RETURNS bigint
 LANGUAGE c VOLATILE
 AS 'MODULE_PATHNAME', 'oe_call_as_caller';
 COMMENT ON FUNCTION ordered_events.redrive(text, text) IS
-    'Apply a handler consumer''s held events (of one key or all) again in its next step, and a dead_letter consumer''s dead letters; returns how many were queued; for its owner';
+    'Apply a handler consumer''s held events and pending retries (of one key or all) in its next step, and a dead_letter consumer''s dead letters; returns how many were queued; for its owner';
 REVOKE EXECUTE ON FUNCTION ordered_events.redrive(text,text) FROM PUBLIC;
 CREATE FUNCTION ordered_events.skip_held_as(consumer text, key text, reason text, caller regrole)
 RETURNS bigint
