@@ -811,6 +811,7 @@ attempt(Step *step, int from, int to)
 				continue;		/* a dead letter already */
 			CHECK_FOR_INTERRUPTS();
 			call_handler(step, &step->events[i]);
+			oe_slot_note_applied(1);
 		}
 		ReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(old);
