@@ -345,6 +345,8 @@ typedef struct OeWorkerSlot
 	int32		partition;		/* a processing worker's partition */
 	TimestampTz launched_at;	/* a processing slot's registration */
 	int64		pending_processed;	/* applied by the running step, not committed */
+	TimestampTz idle_since;		/* a processing worker with nothing to apply */
+	bool		stop_requested; /* ... asked to leave its place to another */
 	Oid			dboid;
 	char		dbname[NAMEDATALEN];
 	pid_t		pid;			/* 0 when no worker runs */
@@ -573,6 +575,8 @@ extern int	oe_process_slots_of(Oid dboid, int *slotnos, uint32 *generations,
 extern void oe_wake_process_workers(Oid dboid);
 extern OeWorkerSlot *oe_take_process_slot(int slotno, uint32 generation);
 extern bool oe_database_served(Oid dboid);
+extern bool oe_slot_set_idle_since(TimestampTz idle_since);
+extern bool oe_stop_idle_process_worker(void);
 extern bool oe_add_stopped_call(const OeStoppedCall *call);
 extern int	oe_stopped_calls_of(Oid dboid, int32 consumer_id, int32 partition,
 								OeStoppedCall *calls, int max_calls);

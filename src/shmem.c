@@ -519,6 +519,51 @@ oe_take_process_slot(int slotno, uint32 generation)
 }
 
 /*
+ * In a processing worker: since when it has had nothing to apply (0: it
+ * has work).  Returns false if it was asked to leave its place: it exits.
+ */
+bool
+oe_slot_set_idle_since(TimestampTz idle_since)
+{
+	bool		stay;
+
+	LWLockAcquire(oe_shared->lock, LW_EXCLUSIVE);
+	my_slot->idle_since = idle_since;
+	stay = !my_slot->stop_requested;
+	LWLockRelease(oe_shared->lock);
+	return stay;
+}
+
+/*
+ * In a release worker whose partitions wait for a processing worker: ask
+ * the processing worker idle longest, of any database, to exit and leave
+ * its place.  False if none is idle.
+ */
+bool
+oe_stop_idle_process_worker(void)
+{
+	OeWorkerSlot *victim = NULL;
+
+	LWLockAcquire(oe_shared->lock, LW_EXCLUSIVE);
+	for (int i = 0; i < OE_MAX_PROCESS_WORKERS; i++)
+	{
+		OeWorkerSlot *slot = &oe_shared->procs[i];
+
+		if (slot->in_use && slot->pid != 0 && slot->idle_since != 0 &&
+			!slot->stop_requested &&
+			(victim == NULL || slot->idle_since < victim->idle_since))
+			victim = slot;
+	}
+	if (victim != NULL)
+	{
+		victim->stop_requested = true;
+		SetLatch(victim->latch);
+	}
+	LWLockRelease(oe_shared->lock);
+	return victim != NULL;
+}
+
+/*
  * In a processing worker: whether its database is still served (its
  * release worker's slot is claimed, and no DROP DATABASE is under way).
  */

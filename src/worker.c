@@ -37,7 +37,8 @@
  * runs one processing step (handler.c) per transaction until a step
  * applies nothing, then sleeps on its latch (set by a release of its
  * database) or for naptime (a retry may fall due).  It exits once it has
- * had nothing to apply for OE_PROCESS_IDLE_MS, when its consumer or
+ * had nothing to apply for OE_PROCESS_IDLE_MS, or earlier when a partition
+ * waits for a place among max_processing_workers, when its consumer or
  * partition is gone, when its database is no longer served or is being
  * dropped, or when ordered_events.enabled is off; its release worker
  * starts it again when there is work.  Its errors are logged once and
@@ -972,6 +973,8 @@ static bool
 register_process_worker(int slotno, uint32 generation, const ConsumerPartition *cp)
 {
 	BackgroundWorker worker;
+	MemoryContext old;
+	bool		registered;
 
 	memset(&worker, 0, sizeof(worker));
 	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
@@ -992,7 +995,11 @@ register_process_worker(int slotno, uint32 generation, const ConsumerPartition *
 		pfree(proc_handles[slotno]);
 		proc_handles[slotno] = NULL;
 	}
-	if (!RegisterDynamicBackgroundWorker(&worker, &proc_handles[slotno]))
+	/* the handle outlives the cycle */
+	old = MemoryContextSwitchTo(TopMemoryContext);
+	registered = RegisterDynamicBackgroundWorker(&worker, &proc_handles[slotno]);
+	MemoryContextSwitchTo(old);
+	if (!registered)
 	{
 		proc_handles[slotno] = NULL;
 		oe_free_process_slot(slotno, generation);
@@ -1014,7 +1021,8 @@ register_process_worker(int slotno, uint32 generation, const ConsumerPartition *
  * with events to apply, the one waiting longest first, within
  * max_processing_workers.  Never waits for a worker.  Returns how many
  * partitions wait for a free processing worker; the first time some do,
- * says so in the log.
+ * says so in the log.  For each, the processing worker idle longest (if
+ * any) is asked to exit and make way.
  */
 static int
 start_processing_workers(MemoryContext cycle_context)
@@ -1053,6 +1061,10 @@ start_processing_workers(MemoryContext cycle_context)
 	}
 	if (!failed)
 		processing_start_failed = false;
+	/* Idle processing workers make way; their exits wake this worker. */
+	for (int i = 0; i < waiting && !failed; i++)
+		if (!oe_stop_idle_process_worker())
+			break;
 	if (waiting > 0 && !processing_limited && !failed)
 		ereport(LOG,
 				(errmsg("ordered_events: %d handler consumer partitions of database \"%s\" wait for a processing worker",
@@ -1326,6 +1338,8 @@ oe_process_worker_main(Datum arg)
 			break;
 		if (applied > 0)
 		{
+			if (idle_since != 0 && !oe_slot_set_idle_since(0))
+				break;
 			idle_since = 0;
 			continue;
 		}
@@ -1338,6 +1352,9 @@ oe_process_worker_main(Datum arg)
 
 			if (idle_since == 0)
 				idle_since = now;
+			/* asked to make way for a partition waiting for a worker */
+			if (!oe_slot_set_idle_since(idle_since))
+				break;
 			idle_ms = (long) ((now - idle_since) / 1000);
 			if (idle_ms >= OE_PROCESS_IDLE_MS)
 				break;

@@ -35,7 +35,7 @@ $node->safe_psql('postgres', q{
 });
 
 my $worker_pid = $node->safe_psql('postgres',
-	"SELECT pid FROM ordered_events.worker_status WHERE database = 'postgres'");
+	"SELECT pid FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'");
 ok($worker_pid =~ /^\d+$/, 'the worker runs');
 
 # Hold the row the handler updates.
@@ -69,7 +69,7 @@ is( $node->safe_psql('postgres', q{
 	'1/0/1:0', 'applied once, no dead letter');
 is( $node->safe_psql('postgres', q{
 	SELECT pid || '/' || (last_error IS NULL) FROM ordered_events.worker_status
-	 WHERE database = 'postgres'}),
+	 WHERE database = 'postgres' AND kind = 'release'}),
 	"$worker_pid/true", 'the same worker, no error');
 
 # The handler's calls had no lock_timeout; the worker's own queries still
@@ -82,7 +82,7 @@ $holder->query_safe(q{
 	 WHERE d.stream = 's' FOR UPDATE OF p});
 $node->safe_psql('postgres', q{SELECT ordered_events.ingest('s', 2, 'k')});
 ok( $node->poll_query_until('postgres', q{
-	SELECT last_error FROM ordered_events.worker_status WHERE database = 'postgres'},
+	SELECT last_error FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'},
 	'stream s: canceling statement due to lock timeout'),
 	'after handler calls, the worker\'s own lock waits still time out');
 $holder->query_safe('COMMIT');

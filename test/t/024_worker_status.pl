@@ -37,7 +37,7 @@ sub status
 {
 	my ($columns) = @_;
 	return $node->safe_psql('postgres',
-		"SELECT $columns FROM ordered_events.worker_status WHERE database = 'postgres'");
+		"SELECT $columns FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'");
 }
 
 # 1,000 events released and applied.
@@ -51,11 +51,11 @@ ok( $node->poll_query_until('postgres', q{
 	SELECT released_total >= 1000 AND processed_total >= 1000
 	       AND released_per_second > 0 AND processed_per_second > 0
 	       AND last_cycle_duration >= '0 s'
-	  FROM ordered_events.worker_status WHERE database = 'postgres'}),
+	  FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'}),
 	'totals count them, and the rates over the last minute are positive');
 ok( $node->poll_query_until('postgres', q{
 	SELECT state = 'idle' AND current_stream IS NULL AND current_consumer IS NULL
-	  FROM ordered_events.worker_status WHERE database = 'postgres'}),
+	  FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'}),
 	'idle: no current stream or consumer');
 
 # The worker processing c waits for the gate.
@@ -65,7 +65,7 @@ $holder->query_safe('SELECT FROM public.gate WHERE id = 1 FOR UPDATE');
 $node->safe_psql('postgres', q{SELECT ordered_events.ingest('s', 1001, 'k')});
 ok( $node->poll_query_until('postgres', q{
 	SELECT state || '/' || coalesce(current_consumer, '-') || '/' || coalesce(current_stream, '-')
-	  FROM ordered_events.worker_status WHERE database = 'postgres'},
+	  FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'},
 	'processing/c/-'),
 	'while it applies c: state processing, current_consumer c');
 $holder->query_safe('COMMIT');
@@ -79,7 +79,7 @@ $holder->query_safe(q{
 $node->safe_psql('postgres', q{SELECT ordered_events.ingest('blocked', 1, 'k')});
 ok( $node->poll_query_until('postgres', q{
 	SELECT state || '/' || coalesce(current_stream, '-') || '/' || coalesce(current_consumer, '-')
-	  FROM ordered_events.worker_status WHERE database = 'postgres'},
+	  FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'},
 	'releasing/blocked/-'),
 	'while it releases blocked: state releasing, current_stream blocked');
 $holder->query_safe('COMMIT');

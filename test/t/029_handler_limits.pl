@@ -80,10 +80,10 @@ $node->safe_psql('postgres', $handler . q{
 
 ok( $node->poll_query_until('postgres', q{
 	SELECT pid IS NOT NULL AND cycles > 0
-	  FROM ordered_events.worker_status WHERE database = 'postgres'}),
+	  FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'}),
 	'worker is running');
 my $worker_pid = $node->safe_psql('postgres',
-	"SELECT pid FROM ordered_events.worker_status WHERE database = 'postgres'");
+	"SELECT pid FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'");
 
 # The pid of the worker now, once it runs and is not $old.
 sub new_worker_pid
@@ -91,10 +91,10 @@ sub new_worker_pid
 	my ($old) = @_;
 	$node->poll_query_until('postgres', qq{
 		SELECT pid IS NOT NULL AND pid <> $old AND cycles > 0
-		  FROM ordered_events.worker_status WHERE database = 'postgres'})
+		  FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'})
 	  or return undef;
 	return $node->safe_psql('postgres',
-		"SELECT pid FROM ordered_events.worker_status WHERE database = 'postgres'");
+		"SELECT pid FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'");
 }
 
 #
@@ -176,10 +176,10 @@ $node->safe_psql('postgres', q{
 ok( $node->poll_query_until('postgres', q{
 	SELECT (SELECT last_value FROM public.swallow_calls) = 1 AND wait_event = 'PgSleep'
 	  FROM pg_stat_activity
-	 WHERE pid = (SELECT pid FROM ordered_events.worker_status WHERE database = 'postgres')}),
+	 WHERE pid = (SELECT pid FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release')}),
 	'the worker sleeps in the handler that will swallow the cancel');
 is( $node->safe_psql('postgres', q{
-	SELECT pg_cancel_backend(pid) FROM ordered_events.worker_status WHERE database = 'postgres'}),
+	SELECT pg_cancel_backend(pid) FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'}),
 	't', 'cancel the worker');
 ok( $node->poll_query_until('postgres', q{
 	SELECT count(*) FROM ordered_events.results WHERE consumer = 'swallow'}, '1'),
@@ -192,7 +192,7 @@ ok( $node->log_contains(
 		qr/ordered_events could not process consumer "swallow" partition 0: canceling statement due to user request/),
 	'the cancelled step is logged');
 is( $node->safe_psql('postgres',
-		"SELECT pid FROM ordered_events.worker_status WHERE database = 'postgres'"),
+		"SELECT pid FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'"),
 	$third_pid, 'the same worker goes on');
 
 #

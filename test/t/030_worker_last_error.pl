@@ -47,7 +47,7 @@ sub status
 {
 	my ($columns) = @_;
 	return $node->safe_psql('postgres',
-		"SELECT $columns FROM ordered_events.worker_status WHERE database = 'postgres'");
+		"SELECT $columns FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'");
 }
 
 my $log_offset = -s $node->logfile;
@@ -67,7 +67,7 @@ $node->safe_psql('postgres', q{
 
 ok( $node->poll_query_until('postgres', q{
 	SELECT state || '/' || coalesce(current_consumer, '-')
-	  FROM ordered_events.worker_status WHERE database = 'postgres'},
+	  FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'},
 	'processing/g'),
 	'the cycle that found a and b failing now waits in g\'s handler');
 like(status('last_error'),
@@ -86,7 +86,7 @@ ok( $node->poll_query_until('postgres', q{
 	'2'),
 	'a and b are released once the rows are free');
 ok( $node->poll_query_until('postgres', q{
-	SELECT last_error IS NULL FROM ordered_events.worker_status WHERE database = 'postgres'}),
+	SELECT last_error IS NULL FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'}),
 	'and last_error is cleared');
 
 # A failing unit that goes away (its stream dropped while it fails) takes
@@ -106,13 +106,13 @@ $holder->query_safe(q{
 $node->safe_psql('postgres', q{SELECT ordered_events.ingest('c', 2, 'k')});
 ok( $node->poll_query_until('postgres', q{
 	SELECT last_error LIKE 'stream c: %lock timeout%'
-	  FROM ordered_events.worker_status WHERE database = 'postgres'}),
+	  FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'}),
 	'c fails');
 $holder->query_safe(q{SELECT ordered_events.drop_stream('c')});
 $holder->query_safe('COMMIT');
 $holder->quit;
 ok( $node->poll_query_until('postgres', q{
-	SELECT last_error IS NULL FROM ordered_events.worker_status WHERE database = 'postgres'}),
+	SELECT last_error IS NULL FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'}),
 	'dropped while failing, c leaves no error behind');
 
 $node->stop;
