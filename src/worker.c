@@ -930,7 +930,11 @@ forget_vanished_units(int phase, List *units)
 static BackgroundWorkerHandle *proc_handles[OE_MAX_PROCESS_WORKERS];
 static uint32 proc_generations[OE_MAX_PROCESS_WORKERS];
 
-/* Whether the last cycle left partitions waiting for a processing worker (to log once). */
+/*
+ * Whether partitions waited for a processing worker yet (logged once per
+ * release worker; worker_status shows it after each such cycle), and
+ * whether the last registration failed (warned once until one succeeds).
+ */
 static bool processing_limited = false;
 static bool processing_start_failed = false;
 
@@ -1021,7 +1025,7 @@ register_process_worker(int slotno, uint32 generation, const ConsumerPartition *
  * with events to apply, the one waiting longest first, within
  * max_processing_workers.  Never waits for a worker.  Returns how many
  * partitions wait for a free processing worker; the first time some do,
- * says so in the log.  For each, the processing worker idle longest (if
+ * says so in the log (once per release worker).  For each, the processing worker idle longest (if
  * any) is asked to exit and make way.
  */
 static int
@@ -1072,7 +1076,7 @@ start_processing_workers(MemoryContext cycle_context)
 				 errdetail("ordered_events.max_processing_workers (%d) are busy.",
 						   oe_max_processing_workers),
 				 errhint("Raise ordered_events.max_processing_workers (and max_worker_processes) to process more partitions at once.")));
-	processing_limited = waiting > 0;
+	processing_limited = processing_limited || waiting > 0;
 	return waiting;
 }
 

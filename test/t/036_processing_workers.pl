@@ -11,10 +11,11 @@
 #    pg_locks), by the release worker, another process.
 # 2. Two partitions of one consumer are applied at once by two workers: each
 #    partition's handler waits until pg_stat_activity shows the other
-#    partition's worker inside the handler too, and records whether it did.
+#    partition's worker inside the handler too (then until the other saw
+#    it), and records whether it did.
 # 3. A processing worker exits once idle, and when its consumer is
 #    dropped; DROP DATABASE goes through while a processing worker of that
-#    database waits in its handler.
+#    database sleeps in its handler.
 
 use strict;
 use warnings;
@@ -38,18 +39,26 @@ my $handlers = q{
 		PERFORM pg_catalog.pg_advisory_xact_lock(42);
 		RETURN ROW(state, pg_catalog.to_jsonb(e.seq))::ordered_events.step;
 	END $$;
-	-- inside, waits (at most 60 s) until another worker is inside too
+	-- inside, waits (at most 60 s) until another worker is inside too, then
+	-- until that one saw it as well (a rendezvous in pg_stat_activity)
 	CREATE FUNCTION public.pair(state jsonb, e ordered_events.event)
 	RETURNS ordered_events.step LANGUAGE plpgsql AS $$
 	DECLARE
 		saw boolean := false;
 	BEGIN
-		PERFORM pg_catalog.set_config('application_name', 'in pair', true);
+		PERFORM pg_catalog.set_config('application_name', 'pair inside', true);
 		FOR i IN 1 .. 6000 LOOP
 			saw := EXISTS (SELECT FROM pg_catalog.pg_stat_activity
-			                WHERE application_name = 'in pair'
+			                WHERE application_name IN ('pair inside', 'pair saw')
 			                  AND pid <> pg_catalog.pg_backend_pid());
 			EXIT WHEN saw;
+			PERFORM pg_catalog.pg_sleep(0.01);
+		END LOOP;
+		PERFORM pg_catalog.set_config('application_name', 'pair saw', true);
+		FOR i IN 1 .. 6000 LOOP
+			EXIT WHEN NOT saw OR EXISTS (SELECT FROM pg_catalog.pg_stat_activity
+			                              WHERE application_name = 'pair saw'
+			                                AND pid <> pg_catalog.pg_backend_pid());
 			PERFORM pg_catalog.pg_sleep(0.01);
 		END LOOP;
 		INSERT INTO public.seen
@@ -163,30 +172,35 @@ ok( $node->poll_query_until('postgres', q{
 	 WHERE kind = 'process' AND current_consumer = 'gone'}, '0'),
 	'its worker exits once the consumer is dropped');
 
-# DROP DATABASE while a processing worker of it waits in its handler.
+# DROP DATABASE while a processing worker of it sleeps in its handler (a
+# session of app would stop the drop: the handler sleeps, bounded by
+# handler_timeout, and says so in its application_name).
 $node->safe_psql('postgres', 'CREATE DATABASE app');
-$node->safe_psql('app', 'CREATE EXTENSION ordered_events');
-$node->safe_psql('app', $handlers . q{
+$node->safe_psql('app', q{
+	CREATE EXTENSION ordered_events;
+	CREATE FUNCTION public.sleepy(state jsonb, e ordered_events.event)
+	RETURNS ordered_events.step LANGUAGE plpgsql AS $$
+	BEGIN
+		PERFORM pg_catalog.set_config('application_name', 'sleepy', true);
+		PERFORM pg_catalog.pg_sleep(110);
+		RETURN ROW(state, pg_catalog.to_jsonb(e.seq))::ordered_events.step;
+	END $$;
 	SELECT ordered_events.create_stream('slow');
-	SELECT ordered_events.create_consumer('blocked', handler => 'public.wait_lock(jsonb, ordered_events.event)');
-	SELECT ordered_events.subscribe('blocked', 'slow');
+	SELECT ordered_events.create_consumer('sleepy', handler => 'public.sleepy(jsonb, ordered_events.event)');
+	SELECT ordered_events.subscribe('sleepy', 'slow');
+	SELECT ordered_events.ingest('slow', 1, 'k');
 });
-$holder = $node->background_psql('postgres');
-$holder->query_safe('SELECT pg_advisory_lock(42)');
-$node->safe_psql('app', q{SELECT ordered_events.ingest('slow', 1, 'k')});
 ok( $node->poll_query_until('postgres', q{
-	SELECT count(*) = 1 FROM pg_catalog.pg_locks l
-	  JOIN ordered_events.worker_status w ON w.pid = l.pid
-	 WHERE l.locktype = 'advisory' AND NOT l.granted AND w.database = 'app'
-	   AND w.kind = 'process'}),
-	'app: its processing worker waits in its handler');
+	SELECT count(*) FROM pg_catalog.pg_stat_activity a
+	  JOIN ordered_events.worker_status w ON w.pid = a.pid
+	 WHERE a.datname = 'app' AND a.application_name = 'sleepy'
+	   AND w.kind = 'process' AND w.current_consumer = 'sleepy'}, '1'),
+	'app: its processing worker sleeps in its handler');
 my ($ret, $stdout, $stderr) = $node->psql('postgres', 'DROP DATABASE app');
-is($ret, 0, 'DROP DATABASE app succeeds while its processing worker was in a handler');
+is($ret, 0, 'DROP DATABASE app succeeds while its processing worker is in a handler');
 ok( $node->poll_query_until('postgres', q{
 	SELECT count(*) FROM ordered_events.worker_status WHERE database = 'app'}, '0'),
 	'no worker of app is left');
-$holder->query_safe('SELECT pg_advisory_unlock(42)');
-$holder->quit;
 
 is( $node->safe_psql('postgres', q{
 	SELECT pid || '/' || (last_error IS NULL) FROM ordered_events.worker_status
