@@ -48,6 +48,7 @@ my $handlers = q{
 	BEGIN
 		PERFORM pg_catalog.set_config('application_name', 'pair inside', true);
 		FOR i IN 1 .. 6000 LOOP
+			PERFORM pg_catalog.pg_stat_clear_snapshot();	-- a fresh look each time
 			saw := EXISTS (SELECT FROM pg_catalog.pg_stat_activity
 			                WHERE application_name IN ('pair inside', 'pair saw')
 			                  AND pid <> pg_catalog.pg_backend_pid());
@@ -56,6 +57,7 @@ my $handlers = q{
 		END LOOP;
 		PERFORM pg_catalog.set_config('application_name', 'pair saw', true);
 		FOR i IN 1 .. 6000 LOOP
+			PERFORM pg_catalog.pg_stat_clear_snapshot();
 			EXIT WHEN NOT saw OR EXISTS (SELECT FROM pg_catalog.pg_stat_activity
 			                              WHERE application_name = 'pair saw'
 			                                AND pid <> pg_catalog.pg_backend_pid());
