@@ -1800,7 +1800,173 @@ COMMENT ON VIEW ordered_events.held IS
     'The held events of handler consumers, one per held key: their key''s later events wait until redrive() or skip_held()';
 
 /* ------------------------------------------------------------------------
- * 8. Users' grants: the update to 0.3 repairs pg_init_privs of databases
+ * 8. Processing workers (issue 22; docs/operating.md, "Processing workers")
+ * ------------------------------------------------------------------------
+ */
+
+/*
+ * worker_status has one row per worker, the processing workers' too, and
+ * gains kind and partition at the end.  A function's and a view's columns
+ * cannot change in place: the 0.2 objects are renamed, made again, given
+ * the privileges that users granted on the old ones (section 9 then keeps
+ * only the extension's own in pg_init_privs), and dropped.  metrics reads
+ * worker_report() (its release rows, now), so it is made again too.
+ */
+ALTER VIEW ordered_events.metrics RENAME TO metrics_0_2;
+ALTER VIEW ordered_events.worker_status RENAME TO worker_status_0_2;
+ALTER FUNCTION ordered_events.worker_report() RENAME TO worker_report_0_2;
+CREATE FUNCTION ordered_events.worker_report(
+    OUT database text, OUT pid integer, OUT state text,
+    OUT started_at timestamptz, OUT last_cycle_at timestamptz,
+    OUT cycles bigint, OUT released_total bigint, OUT last_error text,
+    OUT processed_total bigint, OUT current_stream text, OUT current_consumer text,
+    OUT last_cycle_duration interval, OUT released_per_second double precision,
+    OUT processed_per_second double precision, OUT kind text, OUT partition integer)
+RETURNS SETOF record
+LANGUAGE c VOLATILE PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'oe_worker_status';
+COMMENT ON FUNCTION ordered_events.worker_report() IS
+    'The state of the background workers (the view worker_status)';
+REVOKE EXECUTE ON FUNCTION ordered_events.worker_report() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION ordered_events.worker_report() TO pg_monitor;
+CREATE VIEW ordered_events.worker_status AS
+SELECT database, pid, state, started_at, last_cycle_at, cycles, released_total, last_error,
+       processed_total, current_stream, current_consumer, last_cycle_duration,
+       released_per_second, processed_per_second, kind, partition
+  FROM ordered_events.worker_report();
+COMMENT ON VIEW ordered_events.worker_status IS
+    'One row per background worker: each served database''s release worker, and the processing workers of handler consumer partitions';
+GRANT SELECT ON ordered_events.worker_status TO pg_monitor;
+CREATE VIEW ordered_events.metrics AS
+-- released events, per stream
+SELECT 'ordered_events_released_events_total'::text AS metric, 'counter'::text AS type,
+       d.stream, NULL::text AS consumer, t.released_count::double precision AS value
+  FROM ordered_events.stream_def d
+  JOIN ordered_events.release_totals t
+    ON t.stream_id = d.stream_id AND t.partitions = 1 AND t.partition = 0
+UNION ALL
+-- the first seq not released of a global stream
+SELECT 'ordered_events_range_end', 'gauge', d.stream, NULL, p.range_end::double precision
+  FROM ordered_events.stream_def d
+  JOIN ordered_events.progress p ON p.stream_id = d.stream_id AND p.lane = ''
+ WHERE d.sequencing = 'global'
+UNION ALL
+-- how long the stream's oldest gap a release step saw has been missing (0: none)
+SELECT 'ordered_events_gap_age_seconds', 'gauge', d.stream, NULL,
+       coalesce(extract(epoch FROM pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) (
+           SELECT p.gap_first_seen FROM ordered_events.progress p
+            WHERE p.stream_id = d.stream_id AND p.gap_start IS NOT NULL
+              AND p.gap_first_seen IS NOT NULL
+            ORDER BY p.gap_first_seen LIMIT 1)), 0)::double precision
+  FROM ordered_events.stream_def d
+UNION ALL
+-- dead letters of the stream (rejected at ingest or settled late), deleted ones included
+SELECT 'ordered_events_dead_letters_total', 'counter', d.stream, NULL,
+       ((SELECT count(*) FROM ordered_events.unprocessed u
+          WHERE u.stream = d.stream AND u.consumer IS NULL)
+        + coalesce((SELECT t.dead_letters FROM ordered_events.deleted_totals t
+                     WHERE t.stream_id = d.stream_id), 0))::double precision
+  FROM ordered_events.stream_def d
+UNION ALL
+-- released events a retention deleted, per stream
+SELECT 'ordered_events_deleted_events_total', 'counter', d.stream, NULL,
+       coalesce((SELECT t.events FROM ordered_events.deleted_totals t
+                  WHERE t.stream_id = d.stream_id), 0)::double precision
+  FROM ordered_events.stream_def d
+UNION ALL
+-- seqs skipped by a gap policy or skip_gap()
+SELECT 'ordered_events_skipped_seqs_total', 'counter', d.stream, NULL,
+       coalesce(sum(g.gap_end::numeric - g.gap_start + 1), 0)::double precision
+  FROM ordered_events.stream_def d
+  LEFT JOIN ordered_events.gap_skips g ON g.stream_id = d.stream_id
+ GROUP BY d.stream
+UNION ALL
+-- a consumer's released events not consumed yet, and those consumed, per stream
+SELECT m.metric, m.type, d.stream, c.consumer, m.value
+  FROM ordered_events.subscription s
+  JOIN ordered_events.consumer_def c ON c.consumer_id = s.consumer_id
+  JOIN ordered_events.stream_def d ON d.stream_id = s.stream_id
+  JOIN ordered_events.release_totals t
+    ON t.stream_id = s.stream_id AND t.partitions = c.partitions AND t.partition = s.partition
+ CROSS JOIN LATERAL ordered_events.committed_position(s, s.xmin) p
+ CROSS JOIN LATERAL (VALUES
+        ('ordered_events_consumer_unread_events', 'gauge',
+         (t.released_count - p.taken_count)::double precision),
+        ('ordered_events_consumer_consumed_events_total', 'counter',
+         (s.consumed_count - (s.taken_count - p.taken_count))::double precision)
+       ) m(metric, type, value)
+UNION ALL
+-- a handler consumer's dead letters
+SELECT 'ordered_events_handler_dead_letters_total', 'counter', NULL, c.consumer,
+       (SELECT count(*) FROM ordered_events.unprocessed u
+         WHERE u.consumer = c.consumer)::double precision
+  FROM ordered_events.consumer_def c
+ WHERE c.handler IS NOT NULL
+UNION ALL
+-- the release worker of this database (its processed_total sums up the
+-- database's processing workers)
+SELECT m.metric, m.type, NULL, NULL, m.value
+  FROM (SELECT * FROM ordered_events.worker_report()
+         WHERE ordered_events.worker_loaded()) w     -- without it, no worker metrics
+ CROSS JOIN LATERAL (VALUES
+        ('ordered_events_worker_up', 'gauge', (w.pid IS NOT NULL)::integer::double precision),
+        ('ordered_events_worker_failing', 'gauge', (w.last_error IS NOT NULL)::integer::double precision),
+        ('ordered_events_worker_cycles_total', 'counter', w.cycles::double precision),
+        ('ordered_events_worker_released_events_total', 'counter', w.released_total::double precision),
+        ('ordered_events_worker_processed_events_total', 'counter', w.processed_total::double precision),
+        ('ordered_events_worker_last_cycle_seconds', 'gauge',
+         coalesce(extract(epoch FROM w.last_cycle_duration), 0)::double precision)
+       ) m(metric, type, value)
+ WHERE w.database = pg_catalog.current_database() AND w.kind = 'release';
+COMMENT ON VIEW ordered_events.metrics IS
+    'Metrics for Prometheus: one row per metric and label set (stream, consumer)';
+GRANT SELECT ON ordered_events.metrics TO pg_monitor;
+
+-- The privileges users granted on the 0.2 objects (columns too), on the new ones.
+DO $$
+DECLARE
+    g record;
+BEGIN
+    FOR g IN
+        SELECT o.kind, o.new_name, o.col, a.privilege_type, a.is_grantable,
+               CASE WHEN a.grantee = 0 THEN 'PUBLIC'
+                    ELSE pg_catalog.quote_ident(r.rolname) END AS grantee
+          FROM (SELECT 'TABLE' AS kind, n.new_name, NULL::name AS col, c.relacl AS acl,
+                       c.relowner AS owner
+                  FROM (VALUES ('ordered_events.metrics_0_2', 'ordered_events.metrics'),
+                               ('ordered_events.worker_status_0_2', 'ordered_events.worker_status')
+                       ) n(old_name, new_name)
+                  JOIN pg_catalog.pg_class c ON c.oid = n.old_name::pg_catalog.regclass
+                UNION ALL
+                SELECT 'TABLE', n.new_name, t.attname, t.attacl, c.relowner
+                  FROM (VALUES ('ordered_events.metrics_0_2', 'ordered_events.metrics'),
+                               ('ordered_events.worker_status_0_2', 'ordered_events.worker_status')
+                       ) n(old_name, new_name)
+                  JOIN pg_catalog.pg_class c ON c.oid = n.old_name::pg_catalog.regclass
+                  JOIN pg_catalog.pg_attribute t ON t.attrelid = c.oid AND t.attacl IS NOT NULL
+                UNION ALL
+                SELECT 'FUNCTION', 'ordered_events.worker_report()', NULL, p.proacl, p.proowner
+                  FROM pg_catalog.pg_proc p
+                 WHERE p.oid = 'ordered_events.worker_report_0_2()'::pg_catalog.regprocedure
+               ) o
+         CROSS JOIN LATERAL pg_catalog.aclexplode(o.acl) a
+          LEFT JOIN pg_catalog.pg_roles r ON r.oid = a.grantee
+         WHERE a.grantee <> o.owner
+    LOOP
+        EXECUTE pg_catalog.format('GRANT %s%s ON %s %s TO %s%s', g.privilege_type,
+                                  CASE WHEN g.col IS NULL THEN ''
+                                       ELSE pg_catalog.format(' (%I)', g.col) END,
+                                  g.kind, g.new_name, g.grantee,
+                                  CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+    END LOOP;
+END;
+$$;
+DROP VIEW ordered_events.metrics_0_2;
+DROP VIEW ordered_events.worker_status_0_2;
+DROP FUNCTION ordered_events.worker_report_0_2();
+
+/* ------------------------------------------------------------------------
+ * 9. Users' grants: the update to 0.3 repairs pg_init_privs of databases
  *    updated through 0.2.  This section stays last: a GRANT or REVOKE on
  *    an existing object after it would record users' grants again.
  * ------------------------------------------------------------------------

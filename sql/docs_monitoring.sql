@@ -45,6 +45,13 @@ SELECT database, state, current_stream, current_consumer, last_cycle_duration,
        round(released_per_second) AS released_s, round(processed_per_second) AS processed_s
   FROM ordered_events.worker_status;
 
+-- the processing workers: which consumer partition, and how fast it applies
+SELECT database, current_consumer, partition, state, processed_total,
+       round(processed_per_second) AS processed_s, last_cycle_at
+  FROM ordered_events.worker_status
+ WHERE kind = 'process'
+ ORDER BY database, current_consumer, partition;
+
 SELECT * FROM ordered_events.consumers;
 --  consumer | partition |  stream   |  delay   | consumed_count | unread_count |   bias    | oldest_unread_at | last_read_at
 

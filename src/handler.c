@@ -1066,6 +1066,7 @@ attempt(Step *step, int from, int to)
 			{
 				CHECK_FOR_INTERRUPTS();
 				call_handler(step, e);
+				oe_slot_note_applied(1);
 			}
 		}
 		ReleaseCurrentSubTransaction();

@@ -24,6 +24,7 @@ char	   *oe_databases = NULL;
 int			oe_naptime = 1000;
 bool		oe_enabled = true;
 int			oe_handler_timeout = 10000;
+int			oe_max_processing_workers = 4;
 
 /* The GUCs, all reloadable; the prefix ordered_events. is reserved. */
 static void
@@ -66,6 +67,15 @@ define_gucs(void)
 							10000, 0, INT_MAX,
 							PGC_SUSET,
 							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("ordered_events.max_processing_workers",
+							"Most processing workers that apply handler consumers' events at once, server-wide.",
+							"One worker per consumer partition with events to apply; the others "
+							"wait for one to finish. Each takes one of max_worker_processes.",
+							&oe_max_processing_workers,
+							4, 0, OE_MAX_PROCESS_WORKERS,
+							PGC_SIGHUP,
+							0,
 							NULL, NULL, NULL);
 	MarkGUCPrefixReserved("ordered_events");
 }

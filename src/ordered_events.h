@@ -343,6 +343,8 @@ typedef struct OePlan
 
 /* One served database, in shared memory (see shmem.c). */
 #define OE_MAX_DATABASES	64
+/* Processing workers at most, server-wide (max_processing_workers' ceiling). */
+#define OE_MAX_PROCESS_WORKERS	64
 #define OE_ERROR_LEN		256
 
 /* A worker's totals at one moment, for its rates over the last minute. */
@@ -355,10 +357,22 @@ typedef struct OeRateSample
 
 #define OE_RATE_SAMPLES		64	/* at most one a second */
 
+/*
+ * A worker's slot: a database's release worker (in OeShared.slots, claimed
+ * by the launcher) or a processing worker of one consumer partition (in
+ * OeShared.procs, claimed by its database's release worker).
+ */
 typedef struct OeWorkerSlot
 {
-	bool		in_use;			/* claimed by the launcher */
+	bool		in_use;			/* claimed by the launcher or a release worker */
 	bool		dropping;		/* DROP DATABASE asked the worker to leave */
+	bool		process;		/* a processing worker's slot */
+	uint32		generation;		/* a processing slot's claim, told its worker */
+	int32		partition;		/* a processing worker's partition */
+	TimestampTz launched_at;	/* a processing slot's registration */
+	int64		pending_processed;	/* applied by the running step, not committed */
+	TimestampTz idle_since;		/* a processing worker with nothing to apply */
+	bool		stop_requested; /* ... asked to leave its place to another */
 	Oid			dboid;
 	char		dbname[NAMEDATALEN];
 	pid_t		pid;			/* 0 when no worker runs */
@@ -418,6 +432,8 @@ typedef struct OeShared
 {
 	LWLock	   *lock;
 	OeWorkerSlot slots[OE_MAX_DATABASES];
+	OeWorkerSlot procs[OE_MAX_PROCESS_WORKERS];
+	uint32		next_generation;	/* under lock */
 	slock_t		arrival_lock;	/* protects the arrival blocks */
 	int			arrival_victim; /* the entry a new database takes next */
 	OeArrivalBlock arrival[OE_ARRIVAL_BLOCKS];
@@ -429,6 +445,7 @@ extern char *oe_databases;
 extern int	oe_naptime;
 extern bool oe_enabled;
 extern int	oe_handler_timeout;
+extern int	oe_max_processing_workers;
 
 /* The caller's identity while an internal query runs (internal_query.c). */
 typedef struct OeInternalScope
@@ -572,8 +589,21 @@ extern void oe_slots_database_dropping(Oid dboid);
 extern OeWorkerSlot *oe_claim_slot(int slotno);
 extern void oe_slot_set_state(const char *state);
 extern void oe_slot_set_error(const char *fmt,...) pg_attribute_printf(1, 2);
-extern void oe_slot_count_cycle(int64 released, int64 processed, TimestampTz started);
+extern void oe_slot_count_cycle(TimestampTz started);
 extern void oe_slot_set_current(const char *stream, const char *consumer);
+extern void oe_slot_count_step(int64 released, int64 processed, TimestampTz started);
+extern void oe_slot_note_applied(int64 n);
+extern int	oe_claim_process_slot(Oid dboid, const char *dbname, const char *consumer,
+								  int32 partition, int limit, uint32 *generation);
+extern void oe_free_process_slot(int slotno, uint32 generation);
+extern bool oe_process_slot_running(Oid dboid, const char *consumer, int32 partition);
+extern int	oe_process_slots_of(Oid dboid, int *slotnos, uint32 *generations,
+								pid_t *pids, TimestampTz *launched);
+extern void oe_wake_process_workers(Oid dboid);
+extern OeWorkerSlot *oe_take_process_slot(int slotno, uint32 generation);
+extern bool oe_database_served(Oid dboid);
+extern bool oe_slot_set_idle_since(TimestampTz idle_since);
+extern bool oe_stop_idle_process_worker(void);
 extern bool oe_add_stopped_call(const OeStoppedCall *call);
 extern int	oe_stopped_calls_of(Oid dboid, int32 consumer_id, int32 partition,
 								OeStoppedCall *calls, int max_calls);

@@ -1,8 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * worker.c
- *	  Background workers: a launcher, and one worker per served database
- *	  that releases events continuously.
+ *	  Background workers: a launcher, one worker per served database that
+ *	  releases events continuously, and processing workers that apply
+ *	  handler consumers' events, one per consumer partition with work.
  *
  * The launcher is a static worker connected to no database.  Every naptime,
  * and whenever its configuration is reloaded or one of its workers starts or
@@ -11,21 +12,37 @@
  * worker that died, was terminated or crashed comes back this way), and
  * stops the workers of databases no longer listed.
  *
- * A database worker sleeps on its latch, which a committing transaction
- * that wrote events sets (shmem.c), or for naptime.  Each cycle runs one
- * release step for every stream with a releasable event, oldest waiting
- * event first, each in its own transaction bounded by max_release_batch, so
- * one huge backlog cannot starve the other streams.  Then it runs one
- * processing step (handler.c) for every partition of a handler consumer
- * with events to apply, each in its own transaction, so events released by
- * the cycle are applied in the same cycle.  Last, it compacts every stream
- * with released events to count or events to delete (oe_compact(),
- * compaction.c), a batch per transaction, and calls the cycle hooks
- * that other extensions registered (ordered_events.cycle_hook: a router's
- * combine step of its sharded streams), each in its own transaction.  An
- * error in one stream or partition is caught, logged once, shown in
- * worker_status while it lasts, and the cycle goes on.
- * A database without the extension is checked quietly every naptime.
+ * A database worker (kind 'release' in worker_status) sleeps on its
+ * latch, which a committing transaction that wrote events sets (shmem.c),
+ * or for naptime.  Each cycle runs one release step for every stream with
+ * a releasable event, oldest waiting event first, each in its own
+ * transaction bounded by max_release_batch, so one huge backlog cannot
+ * starve the other streams; after a step that released events it sets the
+ * latches of its database's processing workers.  Then it makes sure a
+ * processing worker runs for every partition of a handler consumer with
+ * events to apply (consumers_with_work(), the one waiting longest first),
+ * at most ordered_events.max_processing_workers at once server-wide; the
+ * others wait for a later cycle.  It never applies an event itself, nor
+ * waits for a processing worker: a slow handler delays no release.  Last,
+ * it compacts every stream with released events to count or events to
+ * delete (oe_compact(), compaction.c), a batch per transaction, and calls
+ * the cycle hooks that other extensions registered
+ * (ordered_events.cycle_hook: a router's combine step of its sharded
+ * streams), each in its own transaction.  An error in one stream is
+ * caught, logged once, shown in worker_status while it lasts, and the
+ * cycle goes on.  A database without the extension is checked quietly
+ * every naptime.
+ *
+ * A processing worker (kind 'process') serves one consumer partition: it
+ * runs one processing step (handler.c) per transaction until a step
+ * applies nothing, then sleeps on its latch (set by a release of its
+ * database) or for naptime (a retry may fall due).  It exits once it has
+ * had nothing to apply for OE_PROCESS_IDLE_MS, or earlier when a partition
+ * waits for a place among max_processing_workers, when its consumer or
+ * partition is gone, when its database is no longer served or is being
+ * dropped, or when ordered_events.enabled is off; its release worker
+ * starts it again when there is work.  Its errors are logged once and
+ * shown in its worker_status row, as a release worker's.
  *
  * Transactions and locks: every unit of work is a READ COMMITTED
  * transaction, whatever default_transaction_isolation the database or the
@@ -44,8 +61,9 @@
  *
  * DROP DATABASE waits only a few seconds for other sessions to leave, and
  * does not ask background workers to: an object-access hook, run by the
- * dropping backend before that wait, terminates our worker, and the
- * launcher starts no worker in a database whose drop is in progress.
+ * dropping backend before that wait, terminates our workers of the
+ * database, release and processing, and the launcher starts no worker in a
+ * database whose drop is in progress.
  *
  *-------------------------------------------------------------------------
  */
@@ -79,11 +97,21 @@
 /* A worker waits this long for a lock before it gives up on a stream. */
 #define OE_WORKER_LOCK_TIMEOUT	"1s"
 
-/* The most events one processing step of the worker applies. */
+/* The most events one processing step of a processing worker applies. */
 #define OE_PROCESS_BATCH		1000
+
+/*
+ * A processing worker with nothing to apply for this long exits: a fork
+ * costs more than a sleeping worker, a worker slot less than a fork.
+ */
+#define OE_PROCESS_IDLE_MS		10000
+
+/* A processing slot whose worker has not started after this long is freed. */
+#define OE_PROCESS_START_MS		10000
 
 PGDLLEXPORT void oe_launcher_main(Datum arg);
 PGDLLEXPORT void oe_database_worker_main(Datum arg);
+PGDLLEXPORT void oe_process_worker_main(Datum arg);
 
 static object_access_hook_type prev_object_access_hook = NULL;
 
@@ -511,11 +539,10 @@ run_unit(const char *what, const char *unit, void (*work) (void *arg), void *arg
 	return ok;
 }
 
-/* What a cycle's steps added up, for worker_status. */
+/* What a cycle's steps added up. */
 typedef struct CycleTotals
 {
 	int64		released;
-	int64		processed;
 } CycleTotals;
 
 static OePlan lock_stream_plan = {
@@ -584,11 +611,18 @@ static bool
 release_step(void *unit, CycleTotals *totals, MemoryContext cycle_context)
 {
 	ReleaseWork w = {unit, 0, false};
+	TimestampTz started = GetCurrentTimestamp();
 
 	oe_slot_set_current(unit, NULL);
 	if (!run_unit(release_what(unit), psprintf("stream %s", (const char *) unit),
 				  release_work, &w, cycle_context, NULL))
 		return false;
+	if (w.released > 0)
+	{
+		/* worker_status counts it now, and its consumers apply it now */
+		oe_slot_count_step(w.released, 0, started);
+		oe_wake_process_workers(MyDatabaseId);
+	}
 	totals->released += w.released;
 	return w.full;
 }
@@ -631,59 +665,6 @@ compact_step(void *unit, CycleTotals *totals, MemoryContext cycle_context)
 	oe_slot_set_current(unit, NULL);
 	return run_unit(compact_what(unit), psprintf("stream %s", (const char *) unit),
 					compact_work, &w, cycle_context, NULL) && w.more;
-}
-
-/* A handler consumer's partition with events to apply. */
-typedef struct ConsumerPartition
-{
-	char	   *consumer;
-	int32		partition;
-} ConsumerPartition;
-
-/* What a processing step of a consumer partition is called in the log ("could not <what>"). */
-static char *
-process_what(const void *unit)
-{
-	const ConsumerPartition *cp = unit;
-
-	return psprintf("process consumer \"%s\" partition %d", cp->consumer, cp->partition);
-}
-
-/* What process_work() leaves for process_step(). */
-typedef struct ProcessWork
-{
-	const ConsumerPartition *cp;
-	int64		applied;
-} ProcessWork;
-
-static void
-process_work(void *arg)
-{
-	ProcessWork *w = arg;
-
-	if (oe_consumer_lock_nowait(w->cp->consumer, w->cp->partition))
-		w->applied = oe_process_partition(w->cp->consumer, w->cp->partition,
-										  OE_PROCESS_BATCH);
-}
-
-/*
- * One processing step for a partition of a handler consumer (unit: a
- * ConsumerPartition), by run_unit().  A partition that another transaction
- * holds (a process() by hand) is left to the next cycle without waiting.
- * Returns true if it applied a whole batch: the partition may have more.
- */
-static bool
-process_step(void *unit, CycleTotals *totals, MemoryContext cycle_context)
-{
-	const ConsumerPartition *cp = unit;
-	ProcessWork w = {cp, 0};
-
-	oe_slot_set_current(NULL, cp->consumer);
-	if (!run_unit(process_what(unit), psprintf("consumer %s", cp->consumer),
-				  process_work, &w, cycle_context, NULL))
-		return false;
-	totals->processed += w.applied;
-	return w.applied >= OE_PROCESS_BATCH;
 }
 
 static OePlan hook_call_plan = {
@@ -749,6 +730,13 @@ latch_is_set(void)
 	return (WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 0,
 					  PG_WAIT_EXTENSION) & WL_LATCH_SET) != 0;
 }
+
+/* A handler consumer's partition with events to apply. */
+typedef struct ConsumerPartition
+{
+	char	   *consumer;
+	int32		partition;
+} ConsumerPartition;
 
 /* What consumers_work() leaves for list_consumers_with_work(). */
 typedef struct ListWork
@@ -863,13 +851,12 @@ typedef struct WorkerPhase
 } WorkerPhase;
 
 /*
- * Release first; then apply what was just released, in the same cycle;
- * then count and delete; last, the hooks of other extensions (a router's
- * combine step polls its shards once a cycle).
+ * Release first (the processing workers are started after it, see
+ * run_cycle()); then count and delete; last, the hooks of other extensions
+ * (a router's combine step polls its shards once a cycle).
  */
 static const WorkerPhase phases[] = {
 	{"releasing", list_streams_with_work, release_step, release_what, false},
-	{"processing", list_consumers_with_work, process_step, process_what, false},
 	{"compacting", list_streams_to_compact, compact_step, compact_what, false},
 	{"combining", list_cycle_hooks, hook_step, hook_what, true},
 };
@@ -936,15 +923,175 @@ forget_vanished_units(int phase, List *units)
 }
 
 /*
+ * Processing workers, as their database's release worker sees them
+ */
+
+/* Release-worker-local: the handle of the worker of each processing slot, and its claim. */
+static BackgroundWorkerHandle *proc_handles[OE_MAX_PROCESS_WORKERS];
+static uint32 proc_generations[OE_MAX_PROCESS_WORKERS];
+
+/*
+ * Whether partitions waited for a processing worker yet (logged once per
+ * release worker; worker_status shows it after each such cycle), and
+ * whether the last registration failed (warned once until one succeeds).
+ */
+static bool processing_limited = false;
+static bool processing_start_failed = false;
+
+/*
+ * Free the processing slots of this database whose worker will not start:
+ * its registration is gone (the postmaster could not fork it, or it failed
+ * before it took the slot), or, for a slot that an earlier release worker
+ * claimed, it has not started for OE_PROCESS_START_MS.
+ */
+static void
+reap_process_slots(void)
+{
+	int			slotnos[OE_MAX_PROCESS_WORKERS];
+	uint32		generations[OE_MAX_PROCESS_WORKERS];
+	pid_t		pids[OE_MAX_PROCESS_WORKERS];
+	TimestampTz launched[OE_MAX_PROCESS_WORKERS];
+	int			n = oe_process_slots_of(MyDatabaseId, slotnos, generations, pids, launched);
+	TimestampTz now = GetCurrentTimestamp();
+
+	for (int i = 0; i < n; i++)
+	{
+		int			slotno = slotnos[i];
+		bool		ours = proc_handles[slotno] != NULL &&
+			proc_generations[slotno] == generations[i];
+		pid_t		pid;
+
+		if (pids[i] != 0)
+			continue;
+		if (ours ? GetBackgroundWorkerPid(proc_handles[slotno], &pid) == BGWH_STOPPED :
+			TimestampDifferenceExceeds(launched[i], now, OE_PROCESS_START_MS))
+			oe_free_process_slot(slotno, generations[i]);
+	}
+}
+
+/*
+ * Register the processing worker of a claimed slot; false (the slot freed)
+ * if the postmaster has no room for it.
+ */
+static bool
+register_process_worker(int slotno, uint32 generation, const ConsumerPartition *cp)
+{
+	BackgroundWorker worker;
+	MemoryContext old;
+	bool		registered;
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = BGW_NEVER_RESTART;
+	strlcpy(worker.bgw_library_name, "ordered_events", BGW_MAXLEN);
+	strlcpy(worker.bgw_function_name, "oe_process_worker_main", BGW_MAXLEN);
+	snprintf(worker.bgw_name, BGW_MAXLEN, "ordered_events processing %s/%d in %s",
+			 cp->consumer, cp->partition, my_slot->dbname);
+	strlcpy(worker.bgw_type, "ordered_events processing", BGW_MAXLEN);
+	worker.bgw_main_arg = Int32GetDatum(slotno);
+	memcpy(worker.bgw_extra, &generation, sizeof(generation));
+	/* its exit wakes this worker, which may start the next one waiting */
+	worker.bgw_notify_pid = MyProcPid;
+
+	if (proc_handles[slotno] != NULL)
+	{
+		pfree(proc_handles[slotno]);
+		proc_handles[slotno] = NULL;
+	}
+	/* the handle outlives the cycle */
+	old = MemoryContextSwitchTo(TopMemoryContext);
+	registered = RegisterDynamicBackgroundWorker(&worker, &proc_handles[slotno]);
+	MemoryContextSwitchTo(old);
+	if (!registered)
+	{
+		proc_handles[slotno] = NULL;
+		oe_free_process_slot(slotno, generation);
+		if (!processing_start_failed)
+			ereport(WARNING,
+					(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+					 errmsg("could not start an ordered_events processing worker for consumer \"%s\" in database \"%s\"",
+							cp->consumer, my_slot->dbname),
+					 errhint("Raise max_worker_processes: the launcher, every served database and up to ordered_events.max_processing_workers processing workers need one each.")));
+		processing_start_failed = true;
+		return false;
+	}
+	proc_generations[slotno] = generation;
+	return true;
+}
+
+/*
+ * Make sure a processing worker runs for every handler consumer partition
+ * with events to apply, the one waiting longest first, within
+ * max_processing_workers.  Never waits for a worker.  Returns how many
+ * partitions wait for a free processing worker; the first time some do,
+ * says so in the log (once per release worker).  For each, the processing worker idle longest (if
+ * any) is asked to exit and make way.
+ */
+static int
+start_processing_workers(MemoryContext cycle_context)
+{
+	List	   *units;
+	ListCell   *lc;
+	int			waiting = 0;
+	bool		failed = false;
+
+	reap_process_slots();
+	if (!list_consumers_with_work(cycle_context, &units))
+		return 0;
+	foreach(lc, units)
+	{
+		ConsumerPartition *cp = lfirst(lc);
+		uint32		generation;
+		int			slotno;
+
+		if (oe_process_slot_running(MyDatabaseId, cp->consumer, cp->partition))
+			continue;
+		if (failed)
+		{
+			waiting++;
+			continue;
+		}
+		slotno = oe_claim_process_slot(MyDatabaseId, my_slot->dbname, cp->consumer,
+									   cp->partition, oe_max_processing_workers,
+									   &generation);
+		if (slotno < 0)
+			waiting++;
+		else if (!register_process_worker(slotno, generation, cp))
+		{
+			failed = true;		/* no room: the next cycle tries again */
+			waiting++;
+		}
+	}
+	if (!failed)
+		processing_start_failed = false;
+	/* Idle processing workers make way; their exits wake this worker. */
+	for (int i = 0; i < waiting && !failed; i++)
+		if (!oe_stop_idle_process_worker())
+			break;
+	if (waiting > 0 && !processing_limited && !failed)
+		ereport(LOG,
+				(errmsg("ordered_events: %d handler consumer partitions of database \"%s\" wait for a processing worker",
+						waiting, my_slot->dbname),
+				 errdetail("ordered_events.max_processing_workers (%d) are busy.",
+						   oe_max_processing_workers),
+				 errhint("Raise ordered_events.max_processing_workers (and max_worker_processes) to process more partitions at once.")));
+	processing_limited = processing_limited || waiting > 0;
+	return waiting;
+}
+
+/*
  * One cycle: every phase in turn, each even when a commit cut the one
- * before short.  Returns true if some unit may have more work right away.
+ * before short, and the processing workers started after releasing.
+ * Returns true if some unit may have more work right away.
  */
 static bool
 run_cycle(MemoryContext cycle_context)
 {
-	CycleTotals totals = {0, 0};
+	CycleTotals totals = {0};
 	TimestampTz started = GetCurrentTimestamp();
 	bool		more = false;
+	int			waiting = 0;
 
 	for (int i = 0; i < lengthof(phases); i++)
 	{
@@ -962,9 +1109,14 @@ run_cycle(MemoryContext cycle_context)
 		if (run_phase(&phases[i], units, &totals, cycle_context))
 			more = true;
 		running_phase = -1;
+		if (i == 0)
+		{
+			oe_slot_set_state("starting processing");
+			waiting = start_processing_workers(cycle_context);
+		}
 	}
-	oe_slot_count_cycle(totals.released, totals.processed, started);
-	oe_slot_set_state("idle");
+	oe_slot_count_cycle(started);
+	oe_slot_set_state(waiting > 0 ? "processing workers busy" : "idle");
 	return more;
 }
 
@@ -1054,4 +1206,171 @@ oe_database_worker_main(Datum arg)
 			ResetLatch(MyLatch);
 		}
 	}
+}
+
+/*
+ * Processing worker
+ */
+
+/* What a processing step of a consumer partition is called in the log ("could not <what>"). */
+static char *
+process_what(const void *unit)
+{
+	const ConsumerPartition *cp = unit;
+
+	return psprintf("process consumer \"%s\" partition %d", cp->consumer, cp->partition);
+}
+
+static OePlan consumer_exists_plan = {
+	"SELECT FROM ordered_events.consumer_def "
+	"WHERE consumer OPERATOR(pg_catalog.=) $1 AND handler IS NOT NULL "
+	"AND partitions OPERATOR(pg_catalog.>) $2",
+	2, {TEXTOID, INT4OID}
+};
+
+/* What process_work() leaves for process_step(). */
+typedef struct ProcessWork
+{
+	const ConsumerPartition *cp;
+	int64		applied;
+	bool		gone;			/* the consumer, its handler or the partition */
+} ProcessWork;
+
+static void
+process_work(void *arg)
+{
+	ProcessWork *w = arg;
+	Datum		values[2] = {CStringGetTextDatum(w->cp->consumer),
+	Int32GetDatum(w->cp->partition)};
+	OeInternalScope scope;
+
+	check_extension_version();
+	oe_internal_begin(&scope, oe_relations()->owner);
+	oe_run_plan(&consumer_exists_plan, values, NULL, SPI_OK_SELECT);
+	w->gone = SPI_processed == 0;
+	oe_internal_end(&scope);
+	if (!w->gone && oe_consumer_lock_nowait(w->cp->consumer, w->cp->partition))
+		w->applied = oe_process_partition(w->cp->consumer, w->cp->partition,
+										  OE_PROCESS_BATCH);
+}
+
+/*
+ * One processing step of the worker's consumer partition, by run_unit().
+ * A partition that another transaction holds (a process() by hand) is
+ * left for later without waiting.  Returns false after an error; in
+ * *applied what the step applied, in *gone whether the consumer partition
+ * (or the extension) is gone.
+ */
+static bool
+process_step(const ConsumerPartition *cp, MemoryContext cycle_context, int64 *applied,
+			 bool *gone)
+{
+	ProcessWork w = {cp, 0, false};
+	TimestampTz started = GetCurrentTimestamp();
+	bool		installed;
+	bool		ok;
+
+	oe_slot_set_state("processing");
+	ok = run_unit(process_what(cp), psprintf("consumer %s", cp->consumer),
+				  process_work, &w, cycle_context, &installed);
+	/* a rollback takes back what the step published while it ran */
+	oe_slot_count_step(0, ok ? w.applied : 0, started);
+	*applied = ok ? w.applied : 0;
+	*gone = !installed || (ok && w.gone);
+	return ok;
+}
+
+/*
+ * Entry point of a processing worker (processing slot number in arg, its
+ * claim in bgw_extra): processing steps of one consumer partition while
+ * there is work, then sleeps, until idle for OE_PROCESS_IDLE_MS or no
+ * longer wanted.
+ */
+void
+oe_process_worker_main(Datum arg)
+{
+	int			slotno = DatumGetInt32(arg);
+	uint32		generation;
+	MemoryContext cycle_context;
+	ConsumerPartition cp;
+	TimestampTz idle_since = 0;
+
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+
+	memcpy(&generation, MyBgworkerEntry->bgw_extra, sizeof(generation));
+	my_slot = oe_take_process_slot(slotno, generation);
+	if (my_slot == NULL)
+		proc_exit(0);
+	cp.consumer = pstrdup(my_slot->current_consumer);
+	cp.partition = my_slot->partition;
+
+	BackgroundWorkerInitializeConnectionByOid(my_slot->dboid, InvalidOid, 0);
+	pgstat_report_appname("ordered_events processing");
+	set_worker_session();
+	ereport(DEBUG1,
+			(errmsg("ordered_events processing worker started for consumer \"%s\" partition %d in database \"%s\"",
+					cp.consumer, cp.partition, my_slot->dbname)));
+
+	cycle_context = AllocSetContextCreate(TopMemoryContext, "ordered_events step",
+										  ALLOCSET_DEFAULT_SIZES);
+	for (;;)
+	{
+		MemoryContext old;
+		int64		applied;
+		bool		gone;
+		bool		ok;
+		long		timeout = oe_naptime;
+
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+		if (!oe_enabled || !oe_database_served(MyDatabaseId))
+			break;
+
+		old = MemoryContextSwitchTo(cycle_context);
+		ok = process_step(&cp, cycle_context, &applied, &gone);
+		MemoryContextSwitchTo(old);
+		MemoryContextReset(cycle_context);
+		pgstat_report_activity(STATE_IDLE, NULL);
+		pgstat_report_stat(applied == 0);
+		if (gone)
+			break;
+		if (applied > 0)
+		{
+			if (idle_since != 0 && !oe_slot_set_idle_since(0))
+				break;
+			idle_since = 0;
+			continue;
+		}
+
+		/* A failing step is retried every naptime, and is not idleness. */
+		if (ok)
+		{
+			TimestampTz now = GetCurrentTimestamp();
+			long		idle_ms;
+
+			if (idle_since == 0)
+				idle_since = now;
+			/* asked to make way for a partition waiting for a worker */
+			if (!oe_slot_set_idle_since(idle_since))
+				break;
+			idle_ms = (long) ((now - idle_since) / 1000);
+			if (idle_ms >= OE_PROCESS_IDLE_MS)
+				break;
+			timeout = Min(timeout, OE_PROCESS_IDLE_MS - idle_ms);
+		}
+		oe_slot_set_state("idle");
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 timeout, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+	}
+	ereport(DEBUG1,
+			(errmsg("ordered_events processing worker for consumer \"%s\" partition %d in database \"%s\" exits",
+					cp.consumer, cp.partition, my_slot->dbname)));
+	proc_exit(0);
 }

@@ -6,9 +6,11 @@
 GRANT USAGE ON SCHEMA ordered_events TO pg_monitor;
 
 /*
- * The state of the workers (src/shmem.c): what each works on, how long its
- * last cycle took, how many events it released and applied per second over
- * the last minute.
+ * The state of the workers (src/shmem.c), one row per worker: each served
+ * database's release worker (kind 'release') and the processing workers
+ * (kind 'process', of one consumer partition): what each works on, how
+ * long its last cycle (a processing worker's: step) took, how many events
+ * it released and applied per second over the last minute.
  */
 CREATE FUNCTION ordered_events.worker_report(
     OUT database text, OUT pid integer, OUT state text,
@@ -16,7 +18,7 @@ CREATE FUNCTION ordered_events.worker_report(
     OUT cycles bigint, OUT released_total bigint, OUT last_error text,
     OUT processed_total bigint, OUT current_stream text, OUT current_consumer text,
     OUT last_cycle_duration interval, OUT released_per_second double precision,
-    OUT processed_per_second double precision)
+    OUT processed_per_second double precision, OUT kind text, OUT partition integer)
 RETURNS SETOF record
 LANGUAGE c VOLATILE PARALLEL SAFE
 AS 'MODULE_PATHNAME', 'oe_worker_status';
@@ -34,10 +36,10 @@ COMMENT ON FUNCTION ordered_events.worker_loaded() IS
 CREATE VIEW ordered_events.worker_status AS
 SELECT database, pid, state, started_at, last_cycle_at, cycles, released_total, last_error,
        processed_total, current_stream, current_consumer, last_cycle_duration,
-       released_per_second, processed_per_second
+       released_per_second, processed_per_second, kind, partition
   FROM ordered_events.worker_report();
 COMMENT ON VIEW ordered_events.worker_status IS
-    'One row per database served by the background worker';
+    'One row per background worker: each served database''s release worker, and the processing workers of handler consumer partitions';
 GRANT SELECT ON ordered_events.worker_status TO pg_monitor;
 /*
  * stream_stats from counters, the pending events and the dead letters: its
@@ -229,7 +231,8 @@ SELECT 'ordered_events_handler_dead_letters_total', 'counter', NULL, c.consumer,
   FROM ordered_events.consumer_def c
  WHERE c.handler IS NOT NULL
 UNION ALL
--- the worker of this database
+-- the release worker of this database (its processed_total sums up the
+-- database's processing workers)
 SELECT m.metric, m.type, NULL, NULL, m.value
   FROM (SELECT * FROM ordered_events.worker_report()
          WHERE ordered_events.worker_loaded()) w     -- without it, no worker metrics
@@ -242,7 +245,7 @@ SELECT m.metric, m.type, NULL, NULL, m.value
         ('ordered_events_worker_last_cycle_seconds', 'gauge',
          coalesce(extract(epoch FROM w.last_cycle_duration), 0)::double precision)
        ) m(metric, type, value)
- WHERE w.database = pg_catalog.current_database();
+ WHERE w.database = pg_catalog.current_database() AND w.kind = 'release';
 COMMENT ON VIEW ordered_events.metrics IS
     'Metrics for Prometheus: one row per metric and label set (stream, consumer)';
 GRANT SELECT ON ordered_events.metrics TO pg_monitor;

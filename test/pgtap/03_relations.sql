@@ -3,7 +3,7 @@
 -- has exactly the contract's columns, in the contract's order, with their
 -- types.
 BEGIN;
-SELECT plan(138);
+SELECT plan(140);
 
 CREATE TEMP TABLE contract_column (
     rel name NOT NULL,
@@ -113,6 +113,9 @@ INSERT INTO contract_column (rel, pos, col, typ) VALUES
     ('worker_status', 12, 'last_cycle_duration', 'interval'),
     ('worker_status', 13, 'released_per_second', 'double precision'),
     ('worker_status', 14, 'processed_per_second', 'double precision'),
+    -- 0.3 (issue 22): one row per worker, release or processing
+    ('worker_status', 15, 'kind', 'text'),
+    ('worker_status', 16, 'partition', 'integer'),
 
     ('unprocessed', 1, 'stream', 'text'),
     ('unprocessed', 2, 'seq', 'bigint'),

@@ -29,7 +29,7 @@ $node->safe_psql('postgres', q{
 # The worker is up and has run a cycle in the extension's database.
 ok( $node->poll_query_until('postgres', q{
 	SELECT count(*) = 1 AND bool_and(pid IS NOT NULL AND state IN ('idle', 'releasing'))
-	  FROM ordered_events.worker_status WHERE database = 'postgres'}),
+	  FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'}),
 	'worker for postgres is running');
 
 # The released seqs of a stream, in the order of the released view.
@@ -71,7 +71,7 @@ sub wait_for_notification
 }
 
 my $worker_pid = $node->safe_psql('postgres',
-	"SELECT pid FROM ordered_events.worker_status WHERE database = 'postgres'");
+	"SELECT pid FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'");
 
 #
 # 1. Gap: 2 and 3 arrive (and commit) before 1.
@@ -115,7 +115,7 @@ is( $node->safe_psql('postgres',
 	'0', 'nothing pending');
 ok( $node->poll_query_until('postgres', q{
 	SELECT released_total >= 3 AND last_error IS NULL
-	  FROM ordered_events.worker_status WHERE database = 'postgres'}),
+	  FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'}),
 	'worker_status counts the released events, no error');
 
 #
@@ -178,7 +178,7 @@ ok( $node->poll_query_until('postgres', q{
 	  FROM ordered_events.stream_stats WHERE stream = 's'}),
 	'the worker observed the gap at seq 8');
 my $cycles = $node->safe_psql('postgres',
-	"SELECT cycles FROM ordered_events.worker_status WHERE database = 'postgres'");
+	"SELECT cycles FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'");
 $node->safe_psql('postgres', "SELECT ordered_events.ingest('s', 8, 'k')");
 ok( $node->poll_query_until('postgres',
 		"SELECT range_end FROM ordered_events.ranges WHERE stream = 's'", '10'),
@@ -190,7 +190,7 @@ is( $node->safe_psql('postgres', q{
 	  FROM ordered_events.released WHERE stream = 's' AND seq = 8}),
 	't', 'seq 8 released less than a naptime (1h) after it was received');
 cmp_ok( $node->safe_psql('postgres',
-		"SELECT cycles FROM ordered_events.worker_status WHERE database = 'postgres'"),
+		"SELECT cycles FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'"),
 	'>', $cycles, 'the worker ran a cycle after the commit');
 is(released('s'), '1,2,3,4,5,6,7,8,9', 'released 1..9 in order');
 
@@ -203,7 +203,7 @@ $node->safe_psql('postgres', q{
 is(range_end('s'), '10', 'rolled-back event not released');
 
 is( $node->safe_psql('postgres',
-		"SELECT pid FROM ordered_events.worker_status WHERE database = 'postgres'"),
+		"SELECT pid FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'"),
 	$worker_pid, 'the same worker served the whole test');
 ok(!$node->log_contains(qr/could not release stream/), 'no release errors logged');
 

@@ -34,7 +34,7 @@ sub worker_field
 {
 	my ($db, $field) = @_;
 	return $node->safe_psql('postgres',
-		"SELECT $field FROM ordered_events.worker_status WHERE database = '$db'");
+		"SELECT $field FROM ordered_events.worker_status WHERE database = '$db' AND kind = 'release'");
 }
 
 sub range_end
@@ -53,7 +53,7 @@ sub wait_cycles
 	my $c = worker_field('postgres', 'cycles');
 	return $node->poll_query_until('postgres', qq{
 		SELECT cycles >= $c + $n FROM ordered_events.worker_status
-		 WHERE database = 'postgres'});
+		 WHERE database = 'postgres' AND kind = 'release'});
 }
 
 sub set_databases
@@ -75,7 +75,7 @@ sub running_workers
 
 ok( $node->poll_query_until('postgres', q{
 	SELECT pid IS NOT NULL AND state IN ('idle', 'releasing')
-	  FROM ordered_events.worker_status WHERE database = 'postgres'}),
+	  FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'}),
 	'worker for postgres is running');
 is( $node->safe_psql('postgres', q{
 	SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'ordered_events launcher'}),
@@ -108,7 +108,7 @@ is($node->safe_psql('app',
 	'1,2', 'app released 1,2 in order');
 ok( $node->poll_query_until('postgres', q{
 	SELECT pid IS NOT NULL AND released_total = 2
-	  FROM ordered_events.worker_status WHERE database = 'app'}),
+	  FROM ordered_events.worker_status WHERE database = 'app' AND kind = 'release'}),
 	'worker_status shows the app worker and its 2 releases');
 is(running_workers(), 'app,postgres', 'two workers run');
 my $postgres_pid = worker_field('postgres', 'pid');
@@ -118,7 +118,7 @@ my $postgres_pid = worker_field('postgres', 'pid');
 #
 set_databases('postgres');
 ok( $node->poll_query_until('postgres', q{
-	SELECT NOT EXISTS (SELECT FROM ordered_events.worker_status WHERE database = 'app')
+	SELECT NOT EXISTS (SELECT FROM ordered_events.worker_status WHERE database = 'app' AND kind = 'release')
 	   AND NOT EXISTS (SELECT FROM pg_stat_activity
 	                    WHERE backend_type = 'ordered_events worker' AND datname = 'app')}),
 	'app removed by reload: its worker stopped');
@@ -136,7 +136,7 @@ $node->safe_psql('postgres', 'CREATE DATABASE noext');
 my $log_offset = -s $node->logfile;
 set_databases('postgres,noext,later');
 ok( $node->poll_query_until('postgres', q{
-	SELECT state FROM ordered_events.worker_status WHERE database = 'noext'},
+	SELECT state FROM ordered_events.worker_status WHERE database = 'noext' AND kind = 'release'},
 	'waiting for extension'),
 	'noext: worker waits for the extension');
 my $noext_pid = worker_field('noext', 'pid');
@@ -152,7 +152,7 @@ unlike($log, qr/WARNING:/, 'no WARNING while waiting');
 # Creating the listed database starts its worker.
 $node->safe_psql('postgres', 'CREATE DATABASE later');
 ok( $node->poll_query_until('postgres', q{
-	SELECT state FROM ordered_events.worker_status WHERE database = 'later'},
+	SELECT state FROM ordered_events.worker_status WHERE database = 'later' AND kind = 'release'},
 	'waiting for extension'),
 	'later created: its worker starts and waits for the extension');
 
@@ -161,7 +161,7 @@ ok( $node->poll_query_until('postgres', q{
 $node->safe_psql('noext', 'CREATE EXTENSION ordered_events');
 ok( $node->poll_query_until('postgres', q{
 	SELECT state IN ('idle', 'releasing') AND cycles > 0
-	  FROM ordered_events.worker_status WHERE database = 'noext'}),
+	  FROM ordered_events.worker_status WHERE database = 'noext' AND kind = 'release'}),
 	'noext: served once the extension exists');
 is(worker_field('noext', 'pid'), $noext_pid, 'noext: by the same worker');
 $node->safe_psql('noext', q{
@@ -237,14 +237,14 @@ is( $node->safe_psql('postgres', qq{
 # 5. pg_terminate_backend: a new worker comes back and releases.
 #
 ok( $node->poll_query_until('postgres', q{
-	SELECT pid IS NOT NULL FROM ordered_events.worker_status WHERE database = 'postgres'}),
+	SELECT pid IS NOT NULL FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'}),
 	'worker running');
 my $old_pid = worker_field('postgres', 'pid');
 is($node->safe_psql('postgres', "SELECT pg_terminate_backend($old_pid)"),
 	't', 'worker terminated');
 ok( $node->poll_query_until('postgres', qq{
 	SELECT pid IS NOT NULL AND pid <> $old_pid
-	  FROM ordered_events.worker_status WHERE database = 'postgres'}),
+	  FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'}),
 	'a new worker took over');
 my $new_pid = worker_field('postgres', 'pid');
 isnt($new_pid, $old_pid, "new pid $new_pid, old $old_pid");
@@ -275,7 +275,7 @@ $old_pid = $new_pid;
 $node->safe_psql('postgres', "SELECT pg_terminate_backend($old_pid)");
 ok( $node->poll_query_until('postgres', qq{
 	SELECT pid IS NOT NULL AND pid <> $old_pid AND cycles >= 3
-	  FROM ordered_events.worker_status WHERE database = 'postgres'}),
+	  FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'}),
 	'a new worker ran 3 cycles');
 $log = slurp_file($node->logfile, $log_offset);
 like($log,
@@ -296,7 +296,7 @@ $old_pid = worker_field('postgres', 'pid');
 $node->safe_psql('postgres', "SELECT pg_terminate_backend($old_pid)");
 ok( $node->poll_query_until('postgres', qq{
 	SELECT pid IS NOT NULL AND pid <> $old_pid AND cycles >= 2
-	  FROM ordered_events.worker_status WHERE database = 'postgres'}),
+	  FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'}),
 	'a new worker ran 2 cycles');
 ok(!$node->log_contains(qr/differs from the extension version/, $log_offset),
 	'versions match again: no WARNING');

@@ -32,10 +32,10 @@ $node->safe_psql('postgres', q{
 });
 ok( $node->poll_query_until('postgres', q{
 	SELECT pid IS NOT NULL AND cycles > 0
-	  FROM ordered_events.worker_status WHERE database = 'postgres'}),
+	  FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'}),
 	'worker is running');
 my $pid = $node->safe_psql('postgres',
-	"SELECT pid FROM ordered_events.worker_status WHERE database = 'postgres'");
+	"SELECT pid FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'");
 
 sub range_end
 {
@@ -56,7 +56,7 @@ sub released
 sub cycles
 {
 	return $node->safe_psql('postgres',
-		"SELECT cycles FROM ordered_events.worker_status WHERE database = 'postgres'");
+		"SELECT cycles FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'");
 }
 
 # Lines of the log, from an offset, about a failing stream.
@@ -95,7 +95,7 @@ ok($node->poll_query_until('postgres',
 	'free is released while blocked is locked');
 is(released('free'), '1,2', 'free released 1,2 in order');
 ok( $node->poll_query_until('postgres', q{
-	SELECT last_error FROM ordered_events.worker_status WHERE database = 'postgres'},
+	SELECT last_error FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'},
 	'stream blocked: canceling statement due to lock timeout'),
 	'worker_status.last_error: lock timeout in stream blocked');
 is(range_end('blocked'), '1', 'blocked is not released');
@@ -109,7 +109,7 @@ ok($node->poll_query_until('postgres',
 	'free keeps being released while blocked fails');
 ok( $node->poll_query_until('postgres', qq{
 	SELECT cycles >= $c + 3 FROM ordered_events.worker_status
-	 WHERE database = 'postgres'}),
+	 WHERE database = 'postgres' AND kind = 'release'}),
 	'the worker ran 3 more cycles');
 is(range_end('blocked'), '1', 'blocked still not released');
 is(failure_lines('blocked', $log_offset), 1,
@@ -119,7 +119,7 @@ like(slurp_file($node->logfile, $log_offset),
 	qr/LOG:  ordered_events could not release stream "blocked": canceling statement due to lock timeout\n.*HINT:  The worker retries every cycle; see ordered_events.worker_status\./,
 	'the log line names the lock timeout and has a hint');
 is( $node->safe_psql('postgres',
-		"SELECT pid FROM ordered_events.worker_status WHERE database = 'postgres'"),
+		"SELECT pid FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'"),
 	$pid, 'the worker did not restart');
 
 # Release the lock: blocked is released.
@@ -129,7 +129,7 @@ ok($node->poll_query_until('postgres',
 	'blocked is released once the lock is gone');
 is(released('blocked'), '1,2', 'blocked released 1,2 in order');
 ok( $node->poll_query_until('postgres', q{
-	SELECT last_error IS NULL FROM ordered_events.worker_status WHERE database = 'postgres'}),
+	SELECT last_error IS NULL FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'}),
 	'worker_status.last_error is cleared once nothing fails');
 is(released('free'), '1,2,3', 'free released 1,2,3 in order');
 is( $node->safe_psql('postgres', q{
@@ -146,7 +146,7 @@ $c = cycles();
 $node->safe_psql('postgres', "SELECT ordered_events.ingest('blocked', 3, 'k')");
 ok( $node->poll_query_until('postgres', qq{
 	SELECT cycles >= $c + 3 FROM ordered_events.worker_status
-	 WHERE database = 'postgres'}),
+	 WHERE database = 'postgres' AND kind = 'release'}),
 	'the worker ran 3 more cycles');
 is(range_end('blocked'), '3', 'blocked: seq 3 not released while locked');
 is(failure_lines('blocked', $log_offset), 2,
@@ -158,7 +158,7 @@ ok($node->poll_query_until('postgres',
 	'blocked: seq 3 released after the lock is gone');
 is(released('blocked'), '1,2,3', 'blocked released 1,2,3 in order');
 is( $node->safe_psql('postgres',
-		"SELECT pid FROM ordered_events.worker_status WHERE database = 'postgres'"),
+		"SELECT pid FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'"),
 	$pid, 'the same worker throughout');
 ok(!$node->log_contains(qr/\b(ERROR|FATAL|PANIC):/, $log_offset),
 	'no ERROR logged: the failure is a LOG line');

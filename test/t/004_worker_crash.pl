@@ -30,7 +30,7 @@ $node->safe_psql('postgres', q{
 
 ok( $node->poll_query_until('postgres', q{
 	SELECT pid IS NOT NULL AND cycles > 0
-	  FROM ordered_events.worker_status WHERE database = 'postgres'}),
+	  FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'}),
 	'worker is running');
 
 sub range_end
@@ -90,7 +90,7 @@ ok($node->poll_query_until('postgres',
 	'd: 1 released, the gap at 2 holds 3');
 
 my $pid = $node->safe_psql('postgres',
-	"SELECT pid FROM ordered_events.worker_status WHERE database = 'postgres'");
+	"SELECT pid FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'");
 my $log_offset = -s $node->logfile;
 
 # Fill the gap and kill the worker while it releases the backlog.
@@ -106,7 +106,7 @@ like(slurp_file($node->logfile, $log_offset),
 # The server, the launcher and the worker come back.
 ok( $node->poll_query_until('postgres', qq{
 	SELECT pid IS NOT NULL AND pid <> $pid AND cycles > 0
-	  FROM ordered_events.worker_status WHERE database = 'postgres'}),
+	  FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'}),
 	'a new worker runs after the crash restart');
 is( $node->safe_psql('postgres', q{
 	SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'ordered_events launcher'}),
@@ -121,7 +121,7 @@ diag 'c: range_end when the new worker started: ' . $node->safe_psql('postgres',
 	SELECT coalesce(max(l.seq_end), 2)
 	  FROM ordered_events.lane_release_log l
 	 WHERE l.released_at < (SELECT started_at FROM ordered_events.worker_status
-	                         WHERE database = 'postgres')});
+	                         WHERE database = 'postgres' AND kind = 'release')});
 
 # Commit the rest after the crash: out of order, with gaps filled later.
 $node->safe_psql('postgres', q{

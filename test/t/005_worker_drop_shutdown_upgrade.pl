@@ -62,7 +62,7 @@ ok( $node->poll_query_until('app',
 		"SELECT range_end FROM ordered_events.ranges WHERE stream = 'a'", '2'),
 	'app is served');
 my $app_pid = $node->safe_psql('postgres',
-	"SELECT pid FROM ordered_events.worker_status WHERE database = 'app'");
+	"SELECT pid FROM ordered_events.worker_status WHERE database = 'app' AND kind = 'release'");
 ok($app_pid =~ /^\d+$/, "app worker pid $app_pid");
 
 # A backlog of 30000 behind a gap: filling it keeps the worker busy with
@@ -90,15 +90,15 @@ ok( $node->poll_query_until('postgres',
 		"SELECT count(*) FROM pg_stat_activity WHERE pid = $app_pid", '0'),
 	'the app worker has exited');
 ok( $node->poll_query_until('postgres', q{
-	SELECT count(*) FROM ordered_events.worker_status WHERE database = 'app'}, '0'),
+	SELECT count(*) FROM ordered_events.worker_status WHERE database = 'app' AND kind = 'release'}, '0'),
 	'worker_status forgets app');
 
 # Still listed but gone: no new worker, no error, for a few cycles.
 my $c = $node->safe_psql('postgres',
-	"SELECT cycles FROM ordered_events.worker_status WHERE database = 'postgres'");
+	"SELECT cycles FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'");
 ok( $node->poll_query_until('postgres', qq{
 	SELECT cycles >= $c + 5 FROM ordered_events.worker_status
-	 WHERE database = 'postgres'}),
+	 WHERE database = 'postgres' AND kind = 'release'}),
 	'the postgres worker ran 5 more cycles');
 is( $node->safe_psql('postgres', q{
 	SELECT count(*) FROM pg_stat_activity
@@ -115,7 +115,7 @@ unlike($log, qr/FATAL:  (?!terminating background worker "ordered_events worker"
 $node->safe_psql('postgres', 'CREATE DATABASE app');
 ok( $node->poll_query_until('postgres', q{
 	SELECT pid IS NOT NULL AND state = 'waiting for extension'
-	  FROM ordered_events.worker_status WHERE database = 'app'}),
+	  FROM ordered_events.worker_status WHERE database = 'app' AND kind = 'release'}),
 	're-created app gets a worker');
 $node->safe_psql('app', q{
 	CREATE EXTENSION ordered_events;
@@ -153,11 +153,11 @@ $node->safe_psql('postgres', q{
 });
 ok( $node->poll_query_until('postgres', q{
 	SELECT last_error LIKE 'stream blocked:%lock timeout%'
-	  FROM ordered_events.worker_status WHERE database = 'postgres'}),
+	  FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'}),
 	'the worker is stuck on the blocked stream every cycle');
 $node->safe_psql('postgres', "SELECT ordered_events.ingest('s', 1, 'k')");
 my $worker_pid = $node->safe_psql('postgres',
-	"SELECT pid FROM ordered_events.worker_status WHERE database = 'postgres'");
+	"SELECT pid FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'");
 $log_offset = -s $node->logfile;
 $node->stop('fast');
 fast_shutdown_ok($log_offset, $worker_pid, 'busy worker');
@@ -215,7 +215,7 @@ is( $node->safe_psql('postgres', q{
 	'50000', 'the release log covers each event of s once');
 
 $worker_pid = $node->safe_psql('postgres',
-	"SELECT pid FROM ordered_events.worker_status WHERE database = 'postgres'");
+	"SELECT pid FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'");
 $log_offset = -s $node->logfile;
 $node->stop('fast');
 fast_shutdown_ok($log_offset, $worker_pid, 'idle worker');

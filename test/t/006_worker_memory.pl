@@ -33,10 +33,10 @@ $node->safe_psql('postgres', q{
 });
 ok( $node->poll_query_until('postgres', q{
 	SELECT pid IS NOT NULL AND cycles > 0
-	  FROM ordered_events.worker_status WHERE database = 'postgres'}),
+	  FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'}),
 	'worker is running');
 my $pid = $node->safe_psql('postgres',
-	"SELECT pid FROM ordered_events.worker_status WHERE database = 'postgres'");
+	"SELECT pid FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'");
 
 my %next = (m1 => 1, m2 => 1);
 
@@ -107,7 +107,7 @@ my $ctx_after = context_total();
 note "after: " . join(', ', map { "$_=$after->{$_}" } sort keys %$after);
 
 is($node->safe_psql('postgres',
-		"SELECT pid FROM ordered_events.worker_status WHERE database = 'postgres'"),
+		"SELECT pid FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'"),
 	$pid, 'the same worker released everything');
 is( $node->safe_psql('postgres', q{
 	SELECT string_agg(stream || ':' || range_end || ':' || released_count, ',' ORDER BY stream)

@@ -62,7 +62,7 @@ unlike($server_log, qr/ordered_events (launcher|worker) started/,
 $new->start;
 ok( $new->poll_query_until('postgres', q{
 	SELECT pid IS NOT NULL AND cycles > 0
-	  FROM ordered_events.worker_status WHERE database = 'postgres'}),
+	  FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'}),
 	'new cluster: worker is running');
 is( $new->safe_psql('postgres', q{
 	SELECT range_end || '/' || (SELECT count(*) FROM ordered_events.pending)

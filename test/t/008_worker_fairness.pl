@@ -36,7 +36,7 @@ $node->safe_psql('postgres', q{
 
 ok( $node->poll_query_until('postgres', q{
 	SELECT count(*) = 1 FROM ordered_events.worker_status
-	 WHERE database = 'postgres' AND pid IS NOT NULL AND state IN ('idle', 'releasing')}),
+	 WHERE database = 'postgres' AND kind = 'release' AND pid IS NOT NULL AND state IN ('idle', 'releasing')}),
 	'worker for postgres is running');
 
 # Fill big's first gap: the worker starts on the backlog.

@@ -42,7 +42,7 @@ $node->safe_psql('postgres', q{
 
 ok( $node->poll_query_until('postgres', q{
 	SELECT pid IS NOT NULL AND cycles > 0
-	  FROM ordered_events.worker_status WHERE database = 'postgres'}),
+	  FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'}),
 	'worker is running');
 
 # Move the stored first_seen of t's gap back; returns the clock time of the
@@ -77,10 +77,10 @@ sub wait_cycles
 {
 	my ($n) = @_;
 	my $c = $node->safe_psql('postgres',
-		"SELECT cycles FROM ordered_events.worker_status WHERE database = 'postgres'");
+		"SELECT cycles FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'");
 	return $node->poll_query_until('postgres', qq{
 		SELECT cycles >= $c + $n FROM ordered_events.worker_status
-		 WHERE database = 'postgres'});
+		 WHERE database = 'postgres' AND kind = 'release'});
 }
 
 $node->safe_psql('postgres', q{
@@ -106,14 +106,14 @@ ok(wait_cycles(3), 'the worker ran 3 more cycles');
 is(skipped(), 'none', 'nothing skipped before the restart');
 
 my $old_pid = $node->safe_psql('postgres',
-	"SELECT pid FROM ordered_events.worker_status WHERE database = 'postgres'");
+	"SELECT pid FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'");
 $node->restart;
 my $restarted_at = $node->safe_psql('postgres', 'SELECT pg_postmaster_start_time()');
 note "restarted at: $restarted_at";
 
 ok( $node->poll_query_until('postgres', qq{
 	SELECT pid IS NOT NULL AND pid <> $old_pid AND cycles > 0
-	  FROM ordered_events.worker_status WHERE database = 'postgres'}),
+	  FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'}),
 	'a new worker runs after the restart');
 ok(wait_cycles(3), 'the new worker ran 3 more cycles');
 is(first_seen(), $first_seen, 'first_seen is unchanged by the restart');

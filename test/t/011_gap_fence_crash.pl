@@ -35,7 +35,7 @@ $node->safe_psql('postgres', q{
 });
 ok( $node->poll_query_until('postgres', q{
 	SELECT pid IS NOT NULL AND cycles > 0
-	  FROM ordered_events.worker_status WHERE database = 'postgres'}),
+	  FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'}),
 	'worker is running');
 
 sub stats
@@ -136,7 +136,7 @@ cmp_ok(scalar(keys %rolled_back), '>', 0, 'and rolled some back');
 $node->start;
 ok( $node->poll_query_until('postgres', q{
 	SELECT pid IS NOT NULL AND cycles > 0
-	  FROM ordered_events.worker_status WHERE database = 'postgres'}),
+	  FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'}),
 	'the worker runs after the restart');
 
 # Appends after the restart: behind the burned seqs.
@@ -221,7 +221,7 @@ is( $node->safe_psql('postgres', q{
 	$post[-1] . '/true', 'release steps cover each seq once, contiguously');
 cmp_ok(
 	$node->safe_psql('postgres', q{
-		SELECT released_total FROM ordered_events.worker_status WHERE database = 'postgres'}),
+		SELECT released_total FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'}),
 	'>=', 5, 'the worker released after the restart');
 
 $node->stop;

@@ -54,10 +54,10 @@ $node->safe_psql('postgres', q{
 
 ok( $node->poll_query_until('postgres', q{
 	SELECT pid IS NOT NULL AND cycles > 0
-	  FROM ordered_events.worker_status WHERE database = 'postgres'}),
+	  FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'}),
 	'worker is running');
 my $worker_pid = $node->safe_psql('postgres',
-	"SELECT pid FROM ordered_events.worker_status WHERE database = 'postgres'");
+	"SELECT pid FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'");
 
 # How many events a consumer has applied, over its keys.
 sub applied
@@ -209,7 +209,7 @@ ok( $node->poll_query_until('postgres', q{
 	'the gap of t has timed out');
 is(applied('tw'), '0', 'tw: nothing applied before the release by hand');
 my $cycles = $node->safe_psql('postgres',
-	"SELECT cycles FROM ordered_events.worker_status WHERE database = 'postgres'");
+	"SELECT cycles FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'");
 
 is($node->safe_psql('postgres', q{SELECT ordered_events.release('t')}),
 	'3', 'release() by hand skips the gap and releases 2..4');
@@ -229,12 +229,12 @@ is( $node->safe_psql('postgres', q{
 	 WHERE r.consumer IN ('tw', 'tdown') AND l.stream = 't' AND l.seq = 2}),
 	't', 'the results were produced less than a naptime (1h) after the release');
 cmp_ok( $node->safe_psql('postgres',
-		"SELECT cycles FROM ordered_events.worker_status WHERE database = 'postgres'"),
+		"SELECT cycles FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'"),
 	'>', $cycles, 'the worker ran a cycle after the release by hand');
 
 is( $node->safe_psql('postgres', q{
 	SELECT pid || '/' || (last_error IS NULL) FROM ordered_events.worker_status
-	 WHERE database = 'postgres'}),
+	 WHERE database = 'postgres' AND kind = 'release'}),
 	"$worker_pid/true", 'the same worker served the whole test, no error');
 ok(!$node->log_contains(qr/could not (process|release)/), 'no processing or release errors logged');
 

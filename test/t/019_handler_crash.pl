@@ -53,7 +53,7 @@ $node->safe_psql('postgres', q{
 
 ok( $node->poll_query_until('postgres', q{
 	SELECT pid IS NOT NULL AND cycles > 0
-	  FROM ordered_events.worker_status WHERE database = 'postgres'}),
+	  FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'}),
 	'worker is running');
 
 # The backlog: 2..n with a gap at 1; v = seq % 1000, keys k0..k99.
@@ -70,7 +70,7 @@ ok( $node->poll_query_until('postgres', q{
 my $applied_sql = q{
 	SELECT coalesce(sum(processed_count), 0) FROM ordered_events.key_state};
 my $pid = $node->safe_psql('postgres',
-	"SELECT pid FROM ordered_events.worker_status WHERE database = 'postgres'");
+	"SELECT pid FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'");
 my $log_offset = -s $node->logfile;
 
 # Fill the gap; kill the worker as soon as it has applied something.
@@ -92,13 +92,13 @@ ok( $node->wait_for_log(qr/all server processes terminated; reinitializing/, $lo
 	'the postmaster reinitialized after the crash');
 ok( $node->poll_query_until('postgres', qq{
 	SELECT pid IS NOT NULL AND pid <> $pid AND cycles > 0
-	  FROM ordered_events.worker_status WHERE database = 'postgres'}),
+	  FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'}),
 	'a new worker runs after the crash restart');
 diag 'results of sum1 and sum3 committed before the crash: '
   . $node->safe_psql('postgres', q{
 	SELECT count(*) FROM ordered_events.results
 	 WHERE produced_at < (SELECT started_at FROM ordered_events.worker_status
-	                       WHERE database = 'postgres')});
+	                       WHERE database = 'postgres' AND kind = 'release')});
 
 # The new worker finishes: every consumer applied n events, and down the
 # line mid holds n derived events.

@@ -111,10 +111,10 @@ is( $node->safe_psql('postgres', q{
 
 ok( $node->poll_query_until('postgres', q{
 	SELECT pid IS NOT NULL AND cycles > 0
-	  FROM ordered_events.worker_status WHERE database = 'postgres'}),
+	  FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'}),
 	'worker is running');
 my $worker_pid = $node->safe_psql('postgres',
-	"SELECT pid FROM ordered_events.worker_status WHERE database = 'postgres'");
+	"SELECT pid FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'");
 
 #
 # 1. The attempts, one event each, all of key k, between two harmless ones.
@@ -230,7 +230,7 @@ is( $node->safe_psql('postgres', q{
 	'the other events of alice_loop were applied, before and after it, in order');
 is( $node->safe_psql('postgres', q{
 	SELECT pid || '/' || (last_error IS NULL) FROM ordered_events.worker_status
-	 WHERE database = 'postgres'}),
+	 WHERE database = 'postgres' AND kind = 'release'}),
 	"$worker_pid/true", 'the same worker served the whole test, no error');
 ok(!$node->log_contains(qr/could not process/), 'no processing error logged');
 

@@ -35,7 +35,7 @@ $node->safe_psql('postgres', q{
 });
 
 my $worker_pid = $node->safe_psql('postgres',
-	"SELECT pid FROM ordered_events.worker_status WHERE database = 'postgres'");
+	"SELECT pid FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'");
 ok($worker_pid =~ /^\d+$/, 'the worker runs');
 
 # Hold the row the handler updates.
@@ -45,14 +45,18 @@ $locker->query_safe('SELECT v FROM public.acct WHERE id = 1 FOR UPDATE');
 
 $node->safe_psql('postgres', q{SELECT ordered_events.ingest('s', 1, 'k')});
 
-ok( $node->poll_query_until('postgres', qq{
-	SELECT EXISTS (SELECT FROM pg_catalog.pg_locks WHERE pid = $worker_pid AND NOT granted)}),
-	'the worker waits for the row lock inside the handler');
+ok( $node->poll_query_until('postgres', q{
+	SELECT EXISTS (SELECT FROM pg_catalog.pg_locks l
+	                 JOIN ordered_events.worker_status w ON w.pid = l.pid
+	                WHERE NOT l.granted AND w.kind = 'process' AND w.current_consumer = 'c')}),
+	'the processing worker of c waits for the row lock inside the handler');
+my $process_pid = $node->safe_psql('postgres', q{
+	SELECT pid FROM ordered_events.worker_status WHERE kind = 'process' AND current_consumer = 'c'});
 
 # Longer than the worker's own lock_timeout (1 s): it still waits.
 $node->safe_psql('postgres', 'SELECT pg_sleep(2.5)');
 is( $node->safe_psql('postgres', qq{
-	SELECT EXISTS (SELECT FROM pg_catalog.pg_locks WHERE pid = $worker_pid AND NOT granted)
+	SELECT EXISTS (SELECT FROM pg_catalog.pg_locks WHERE pid = $process_pid AND NOT granted)
 	       || '/' || (SELECT count(*) FROM ordered_events.unprocessed)}),
 	'true/0', 'after 2.5 s the worker still waits, and no dead letter');
 
@@ -69,10 +73,13 @@ is( $node->safe_psql('postgres', q{
 	'1/0/1:0', 'applied once, no dead letter');
 is( $node->safe_psql('postgres', q{
 	SELECT pid || '/' || (last_error IS NULL) FROM ordered_events.worker_status
-	 WHERE database = 'postgres'}),
-	"$worker_pid/true", 'the same worker, no error');
+	 WHERE database = 'postgres' AND kind = 'release'}),
+	"$worker_pid/true", 'the same release worker, no error');
+is( $node->safe_psql('postgres', q{
+	SELECT count(*) FROM ordered_events.worker_status WHERE kind = 'process' AND last_error IS NOT NULL}),
+	'0', 'no error in the processing worker\'s row');
 
-# The handler's calls had no lock_timeout; the worker's own queries still
+# The handler's calls had no lock_timeout; the workers' own queries still
 # have theirs: a release step that waits for a stream's lock gives up.
 my $holder = $node->background_psql('postgres');
 $holder->query_safe('BEGIN');
@@ -82,7 +89,7 @@ $holder->query_safe(q{
 	 WHERE d.stream = 's' FOR UPDATE OF p});
 $node->safe_psql('postgres', q{SELECT ordered_events.ingest('s', 2, 'k')});
 ok( $node->poll_query_until('postgres', q{
-	SELECT last_error FROM ordered_events.worker_status WHERE database = 'postgres'},
+	SELECT last_error FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'},
 	'stream s: canceling statement due to lock timeout'),
 	'after handler calls, the worker\'s own lock waits still time out');
 $holder->query_safe('COMMIT');

@@ -63,7 +63,7 @@ ok( $node->poll_query_until('postgres', q{
 	         WHERE stream = 'orders')
 	   AND (SELECT unread_count FROM ordered_events.consumers WHERE consumer = 'tally') = 0
 	   AND (SELECT processed_total FROM ordered_events.worker_status
-	         WHERE database = 'postgres') = 2}),
+	         WHERE database = 'postgres' AND kind = 'release') = 2}),
 	'the worker released both streams and applied audit to tally');
 is($node->safe_psql('postgres', q{
 	SELECT count(*) FROM ordered_events.read('billing', 1)}), '1', 'billing read one event');

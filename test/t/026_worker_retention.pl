@@ -30,13 +30,13 @@ my $node = OrderedEvents::node('retention', databases => 'postgres', naptime => 
 
 ok( $node->poll_query_until('postgres', q{
 	SELECT pid IS NOT NULL AND cycles > 0
-	  FROM ordered_events.worker_status WHERE database = 'postgres'}),
+	  FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'}),
 	'worker is running');
 
 sub cycles
 {
 	return $node->safe_psql('postgres',
-		"SELECT cycles FROM ordered_events.worker_status WHERE database = 'postgres'");
+		"SELECT cycles FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'");
 }
 
 # Wait until the worker has finished two more cycles: whatever one in
@@ -47,7 +47,7 @@ sub wait_two_cycles
 	my $from = cycles();
 	ok( $node->poll_query_until('postgres', qq{
 		SELECT cycles >= $from + 2
-		  FROM ordered_events.worker_status WHERE database = 'postgres'}),
+		  FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'}),
 		"$what: the worker ran two more cycles");
 }
 
@@ -152,7 +152,7 @@ is( $node->safe_psql('postgres', q{
 	'key_status counts the retries');
 is( $node->safe_psql('postgres', q{
 	SELECT count(*) FROM ordered_events.worker_status
-	 WHERE database = 'postgres' AND last_error IS NULL}),
+	 WHERE database = 'postgres' AND kind = 'release' AND last_error IS NULL}),
 	'1', 'worker_status shows no error');
 
 # 2. Retention '1 hour': two release steps per stream; nothing is deleted
@@ -389,7 +389,7 @@ ok( $node->poll_query_until('postgres', q{
 	 WHERE metric = 'ordered_events_deleted_events_total' AND stream = 'big'}),
 	'big: the worker started to delete');
 my $pid = $node->safe_psql('postgres',
-	"SELECT pid FROM ordered_events.worker_status WHERE database = 'postgres'");
+	"SELECT pid FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'");
 # Where the kill lands (information only: the checks hold either way).
 my $deleted_at_kill = metric('deleted_events_total', 'big');
 my $log_offset = -s $node->logfile;
@@ -400,7 +400,7 @@ ok( $node->wait_for_log(qr/all server processes terminated; reinitializing/, $lo
 
 ok( $node->poll_query_until('postgres', qq{
 	SELECT pid IS NOT NULL AND pid <> $pid AND cycles > 0
-	  FROM ordered_events.worker_status WHERE database = 'postgres'}),
+	  FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'}),
 	'a new worker runs after the crash restart');
 ok($node->poll_query_until('postgres', 'SELECT ' . stored('big'), '0'),
 	'big: the new worker deleted every event');
@@ -429,7 +429,7 @@ is( $node->safe_psql('postgres', q{
 	'duplicate|duplicate|duplicate', 'big: retried old seqs are duplicates');
 is( $node->safe_psql('postgres', q{
 	SELECT count(*) FROM ordered_events.worker_status
-	 WHERE database = 'postgres' AND last_error IS NULL}),
+	 WHERE database = 'postgres' AND kind = 'release' AND last_error IS NULL}),
 	'1', 'worker_status shows no error');
 
 $node->stop;

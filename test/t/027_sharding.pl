@@ -73,7 +73,7 @@ is($router->safe_psql('postgres', 'SELECT ordered_events_router.shard_count()'),
 
 ok( $router->poll_query_until('postgres', q{
 	SELECT pid IS NOT NULL AND cycles > 0
-	  FROM ordered_events.worker_status WHERE database = 'postgres'}),
+	  FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'}),
 	'the router\'s worker runs');
 
 sub router_sql
@@ -123,11 +123,11 @@ sub wait_router_cycles
 {
 	my ($n) = @_;
 	my $cycles = router_sql(
-		"SELECT cycles FROM ordered_events.worker_status WHERE database = 'postgres'");
+		"SELECT cycles FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'");
 	$cycles += $n;
 	ok( $router->poll_query_until('postgres', qq{
 		SELECT cycles >= $cycles
-		  FROM ordered_events.worker_status WHERE database = 'postgres'}),
+		  FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'}),
 		"the router's worker ran $n more cycles");
 }
 
@@ -692,7 +692,7 @@ is( router_sql(q{SELECT count(*) FROM ordered_events_router.skip WHERE stream = 
 #
 sub router_status
 {
-	return router_sql("SELECT $_[0] FROM ordered_events.worker_status WHERE database = 'postgres'");
+	return router_sql("SELECT $_[0] FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'");
 }
 is(router_sql(q{SELECT hook FROM ordered_events.cycle_hooks()}),
 	'ordered_events_router.combine_all()', 'hook: the router registered combine_all()');
@@ -706,12 +706,12 @@ $holder->query_safe('BEGIN');
 $holder->query_safe(q{SELECT FROM ordered_events_router.stream WHERE stream = 'c' FOR UPDATE});
 ok( $router->poll_query_until('postgres', q{
 	SELECT last_error LIKE 'ordered_events_router.combine_all(): %lock timeout%'
-	  FROM ordered_events.worker_status WHERE database = 'postgres'}),
+	  FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'}),
 	'hook: its error shows in worker_status, under the hook\'s name');
 $holder->query_safe('COMMIT');
 $holder->quit;
 ok( $router->poll_query_until('postgres', q{
-	SELECT last_error IS NULL FROM ordered_events.worker_status WHERE database = 'postgres'}),
+	SELECT last_error IS NULL FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'}),
 	'hook: the error clears once a combine step succeeds again');
 like( slurp_file($router->logfile, $log_offset),
 	qr/LOG:  ordered_events could not run the cycle hook ordered_events_router\.combine_all\(\): .*lock timeout/,

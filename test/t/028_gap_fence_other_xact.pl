@@ -42,7 +42,7 @@ sub worker_runs
 {
 	return $node->poll_query_until('postgres', q{
 		SELECT pid IS NOT NULL AND cycles > 0
-		  FROM ordered_events.worker_status WHERE database = 'postgres'});
+		  FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'});
 }
 ok(worker_runs(), 'worker is running');
 
@@ -121,10 +121,10 @@ sub held_while_prepared
 			  FROM ordered_events.stream_stats WHERE stream = 'f'}),
 		"a step saw the gap at prepared seq $seq");
 	my $cycles = $node->safe_psql('postgres', q{
-		SELECT cycles FROM ordered_events.worker_status WHERE database = 'postgres'});
+		SELECT cycles FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'});
 	ok( $node->poll_query_until('postgres', qq{
 			SELECT cycles >= $cycles + 3
-			  FROM ordered_events.worker_status WHERE database = 'postgres'}),
+			  FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'}),
 		'three more worker cycles ran');
 	is( $node->safe_psql('postgres',
 			'SELECT ' . skipped($seq) . ', ' . released($behind)

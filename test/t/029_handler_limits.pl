@@ -4,18 +4,18 @@
 #
 # Consumer "stuck" has handler_timeout 300 ms.  Its handler, for the event
 # of key k2, loops for ever and catches every cancel.
-# - The worker is stopped (a FATAL, which no exception block catches) about
-#   a grace period after the limit, the launcher starts it again, and the
-#   event becomes a dead letter (57014, "its worker was stopped") without
-#   being called again: its calls are counted by a sequence, which no
-#   rollback undoes.  The key's error counts, its state stays; the other
-#   events are applied; other streams are released, and another consumer
-#   is processed, by the new worker.
+# - Its processing worker is stopped (a FATAL, which no exception block
+#   catches) about a grace period after the limit, the release worker
+#   starts another, and the event becomes a dead letter (57014, "its worker
+#   was stopped") without being called again: its calls are counted by a
+#   sequence, which no rollback undoes.  The key's error counts, its state
+#   stays; the other events are applied; other streams are released, and
+#   another consumer is processed; the release worker was never stopped.
 # - drop_consumer() of a consumer whose handler loops waits for the step,
-#   and completes once the worker is stopped.
-# - pg_cancel_backend() of the worker while a handler, within its limit,
-#   catches the cancel and returns: the step still ends (nothing is
-#   applied, the worker logs it), and the next step applies the event.
+#   and completes once the processing worker is stopped.
+# - pg_cancel_backend() of a processing worker while a handler, within its
+#   limit, catches the cancel and returns: the step still ends (nothing is
+#   applied, the worker logs it), and its next step applies the event.
 # - process() by hand, in a database without a worker: the session that
 #   called it is stopped; its next process() makes the event (of a per-key
 #   stream, told from another key's event of the same seq) a dead letter
@@ -80,21 +80,22 @@ $node->safe_psql('postgres', $handler . q{
 
 ok( $node->poll_query_until('postgres', q{
 	SELECT pid IS NOT NULL AND cycles > 0
-	  FROM ordered_events.worker_status WHERE database = 'postgres'}),
+	  FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'}),
 	'worker is running');
 my $worker_pid = $node->safe_psql('postgres',
-	"SELECT pid FROM ordered_events.worker_status WHERE database = 'postgres'");
+	"SELECT pid FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'");
 
-# The pid of the worker now, once it runs and is not $old.
-sub new_worker_pid
+# The pid of the processing worker of a consumer that runs now.
+sub process_pid
 {
-	my ($old) = @_;
+	my ($consumer) = @_;
 	$node->poll_query_until('postgres', qq{
-		SELECT pid IS NOT NULL AND pid <> $old AND cycles > 0
-		  FROM ordered_events.worker_status WHERE database = 'postgres'})
+		SELECT count(*) = 1 FROM ordered_events.worker_status
+		 WHERE kind = 'process' AND current_consumer = '$consumer' AND pid IS NOT NULL})
 	  or return undef;
-	return $node->safe_psql('postgres',
-		"SELECT pid FROM ordered_events.worker_status WHERE database = 'postgres'");
+	return $node->safe_psql('postgres', qq{
+		SELECT pid FROM ordered_events.worker_status
+		 WHERE kind = 'process' AND current_consumer = '$consumer'});
 }
 
 #
@@ -108,8 +109,9 @@ $node->safe_psql('postgres', q{
 ok( $node->poll_query_until('postgres', q{
 	SELECT count(*) FROM ordered_events.unprocessed WHERE consumer = 'stuck'}, '1'),
 	'the endless call became a dead letter');
-my $second_pid = new_worker_pid($worker_pid);
-ok(defined $second_pid, 'a new worker runs');
+is( $node->safe_psql('postgres',
+		"SELECT pid FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'"),
+	$worker_pid, 'the release worker is not the one stopped');
 like( $node->safe_psql('postgres', q{
 	SELECT seq || ' ' || reason || ' ' || detail FROM ordered_events.unprocessed
 	 WHERE consumer = 'stuck'}),
@@ -128,17 +130,17 @@ is( $node->safe_psql('postgres', q{
 	"k1:{\"n\": 1} 1/0 k2:NULL 1/1 k3:{\"n\": 1} 1/0\n1,3",
 	'k2 counts an error and keeps its state; k1 and k3 are applied');
 ok( $node->log_contains(
-		qr/FATAL:  terminating background worker "ordered_events worker" due to administrator command\n.*DETAIL:  Handler public\.h\(jsonb,ordered_events\.event\) of consumer "stuck" did not return within 1000 ms after its limit of 300 ms; the event \(seq 2 of stream s\) becomes a dead letter\./
+		qr/FATAL:  terminating background worker "ordered_events processing" due to administrator command\n.*DETAIL:  Handler public\.h\(jsonb,ordered_events\.event\) of consumer "stuck" did not return within 1000 ms after its limit of 300 ms; the event \(seq 2 of stream s\) becomes a dead letter\./
 	),
-	'the worker\'s FATAL says why');
+	'the processing worker\'s FATAL says why');
 
-# The new worker releases and processes.
+# The release worker releases, and another consumer is processed.
 $node->safe_psql('postgres', q{
 	INSERT INTO ordered_events.inbox (stream, seq, key) VALUES ('other', 1, 'o1');
 });
 ok( $node->poll_query_until('postgres', q{
 	SELECT count(*) FROM ordered_events.results WHERE consumer = 'fine'}, '1'),
-	'the new worker releases another stream and applies it to another consumer');
+	'another stream is released and applied to another consumer');
 is( $node->safe_psql('postgres', q{
 	SELECT last_value || '/' || is_called FROM public.loop_calls}),
 	'1/true', 'k2 was not called again');
@@ -161,8 +163,9 @@ is( $node->safe_psql('postgres', q{
 	SELECT count(*) FROM ordered_events.handler_state hs
 	 WHERE NOT EXISTS (SELECT FROM ordered_events.consumer_def d WHERE d.consumer_id = hs.consumer_id)}),
 	"0\n0\n0", 'the consumer, its dead letters and its states are gone');
-my $third_pid = new_worker_pid($second_pid);
-ok(defined $third_pid, 'the worker was stopped again, and runs again');
+is( $node->safe_psql('postgres',
+		"SELECT pid FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'"),
+	$worker_pid, 'the release worker was never stopped');
 
 #
 # 3. pg_cancel_backend() while a handler within its limit swallows it.
@@ -176,10 +179,11 @@ $node->safe_psql('postgres', q{
 ok( $node->poll_query_until('postgres', q{
 	SELECT (SELECT last_value FROM public.swallow_calls) = 1 AND wait_event = 'PgSleep'
 	  FROM pg_stat_activity
-	 WHERE pid = (SELECT pid FROM ordered_events.worker_status WHERE database = 'postgres')}),
-	'the worker sleeps in the handler that will swallow the cancel');
-is( $node->safe_psql('postgres', q{
-	SELECT pg_cancel_backend(pid) FROM ordered_events.worker_status WHERE database = 'postgres'}),
+	 WHERE pid = (SELECT pid FROM ordered_events.worker_status
+	               WHERE kind = 'process' AND current_consumer = 'swallow')}),
+	'the processing worker of swallow sleeps in the handler that will swallow the cancel');
+my $swallow_pid = process_pid('swallow');
+is( $node->safe_psql('postgres', qq{SELECT pg_cancel_backend($swallow_pid)}),
 	't', 'cancel the worker');
 ok( $node->poll_query_until('postgres', q{
 	SELECT count(*) FROM ordered_events.results WHERE consumer = 'swallow'}, '1'),
@@ -191,9 +195,9 @@ is( $node->safe_psql('postgres', q{
 ok( $node->log_contains(
 		qr/ordered_events could not process consumer "swallow" partition 0: canceling statement due to user request/),
 	'the cancelled step is logged');
-is( $node->safe_psql('postgres',
-		"SELECT pid FROM ordered_events.worker_status WHERE database = 'postgres'"),
-	$third_pid, 'the same worker goes on');
+is( $node->safe_psql('postgres', q{
+	SELECT pid FROM ordered_events.worker_status WHERE kind = 'process' AND current_consumer = 'swallow'}),
+	$swallow_pid, 'the same processing worker goes on');
 
 #
 # 4. process() by hand, in database "hand" that no worker serves: a

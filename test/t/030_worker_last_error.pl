@@ -6,9 +6,9 @@
 # Streams a and b each have a release step that fails on the worker's
 # lock_timeout (the test holds their progress rows, which only a release
 # step writes).  Both start failing in the same cycle, so both are logged
-# in it.  The same cycle then processes consumer g, whose handler waits for
-# a row the test holds: while it waits, worker_status shows what the
-# release phase of that cycle recorded.
+# in it.  Consumer g's processing worker meanwhile waits in its handler for
+# a row the test holds: the release worker's row shows a stream's error
+# (not the log's hint) while the release worker goes on.
 
 use strict;
 use warnings;
@@ -47,7 +47,7 @@ sub status
 {
 	my ($columns) = @_;
 	return $node->safe_psql('postgres',
-		"SELECT $columns FROM ordered_events.worker_status WHERE database = 'postgres'");
+		"SELECT $columns FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'");
 }
 
 my $log_offset = -s $node->logfile;
@@ -67,9 +67,14 @@ $node->safe_psql('postgres', q{
 
 ok( $node->poll_query_until('postgres', q{
 	SELECT state || '/' || coalesce(current_consumer, '-')
-	  FROM ordered_events.worker_status WHERE database = 'postgres'},
+	  FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'process'},
 	'processing/g'),
-	'the cycle that found a and b failing now waits in g\'s handler');
+	'g\'s processing worker waits in its handler');
+ok( $node->poll_query_until('postgres', q{
+	SELECT count(*) FROM ordered_events.worker_status
+	 WHERE database = 'postgres' AND kind = 'release' AND cycles > 0
+	   AND last_error LIKE 'stream %'}, '1'),
+	'meanwhile the release worker found a or b failing');
 like(status('last_error'),
 	qr/^stream [ab]: canceling statement due to lock timeout$/,
 	'last_error names a stream that failed, and its error');
@@ -86,7 +91,7 @@ ok( $node->poll_query_until('postgres', q{
 	'2'),
 	'a and b are released once the rows are free');
 ok( $node->poll_query_until('postgres', q{
-	SELECT last_error IS NULL FROM ordered_events.worker_status WHERE database = 'postgres'}),
+	SELECT last_error IS NULL FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'}),
 	'and last_error is cleared');
 
 # A failing unit that goes away (its stream dropped while it fails) takes
@@ -106,13 +111,13 @@ $holder->query_safe(q{
 $node->safe_psql('postgres', q{SELECT ordered_events.ingest('c', 2, 'k')});
 ok( $node->poll_query_until('postgres', q{
 	SELECT last_error LIKE 'stream c: %lock timeout%'
-	  FROM ordered_events.worker_status WHERE database = 'postgres'}),
+	  FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'}),
 	'c fails');
 $holder->query_safe(q{SELECT ordered_events.drop_stream('c')});
 $holder->query_safe('COMMIT');
 $holder->quit;
 ok( $node->poll_query_until('postgres', q{
-	SELECT last_error IS NULL FROM ordered_events.worker_status WHERE database = 'postgres'}),
+	SELECT last_error IS NULL FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'}),
 	'dropped while failing, c leaves no error behind');
 
 $node->stop;

@@ -46,10 +46,10 @@ sub status
 {
 	my ($columns) = @_;
 	return $node->safe_psql('postgres',
-		"SELECT $columns FROM ordered_events.worker_status WHERE database = 'postgres'");
+		"SELECT $columns FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'");
 }
 ok( $node->poll_query_until('postgres', q{
-	SELECT cycles > 0 FROM ordered_events.worker_status WHERE database = 'postgres'}),
+	SELECT cycles > 0 FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'}),
 	'the worker runs');
 my $pid = status('pid');
 
@@ -82,11 +82,11 @@ ok( $node->poll_query_until('postgres', q{
 	'free is released while the partitions and held are held');
 ok( $node->poll_query_until('postgres', qq{
 	SELECT cycles >= $cycles + 3 FROM ordered_events.worker_status
-	 WHERE database = 'postgres'}),
+	 WHERE database = 'postgres' AND kind = 'release'}),
 	'three more cycles ran');
 is( $node->safe_psql('postgres', q{
 	SELECT (last_error IS NULL) || '/' || (last_cycle_duration < interval '1 s')
-	  FROM ordered_events.worker_status WHERE database = 'postgres'}),
+	  FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'}),
 	'true/true',
 	'no error in worker_status, and the last cycle took less than the lock timeout');
 is( $node->safe_psql('postgres',

@@ -51,10 +51,10 @@ sub status
 {
 	my ($columns) = @_;
 	return $node->safe_psql('postgres',
-		"SELECT $columns FROM ordered_events.worker_status WHERE database = 'postgres'");
+		"SELECT $columns FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'");
 }
 ok( $node->poll_query_until('postgres', q{
-	SELECT cycles > 0 FROM ordered_events.worker_status WHERE database = 'postgres'}),
+	SELECT cycles > 0 FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'}),
 	'the worker runs');
 
 # What the worker's transactions see.
@@ -89,7 +89,7 @@ ok( $node->poll_query_until('postgres', qq{
 	                 JOIN ordered_events.worker_status w ON w.pid = a.pid
 	                WHERE w.database = 'postgres' AND a.wait_event_type = 'Lock')
 	    OR (SELECT cycles >= $cycles + 2 FROM ordered_events.worker_status
-	         WHERE database = 'postgres')}),
+	         WHERE database = 'postgres' AND kind = 'release')}),
 	'the worker came to r while its lock is held');
 $subscriber->query_safe('COMMIT');
 $subscriber->quit;
@@ -97,7 +97,7 @@ $subscriber->quit;
 $cycles = status('cycles');
 ok( $node->poll_query_until('postgres', qq{
 	SELECT cycles >= $cycles + 2 FROM ordered_events.worker_status
-	 WHERE database = 'postgres'}),
+	 WHERE database = 'postgres' AND kind = 'release'}),
 	'two more cycles');
 is( $node->safe_psql('postgres', q{
 	SELECT count(*) FROM ordered_events.released WHERE stream = 'r'}),

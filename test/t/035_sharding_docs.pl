@@ -119,7 +119,7 @@ for my $shard ('shard0', 'shard1')
 	$node{$shard}->reload;
 	ok( $node{$shard}->poll_query_until($shard, qq{
 		SELECT pid IS NOT NULL AND cycles > 0
-		  FROM ordered_events.worker_status WHERE database = '$shard'}),
+		  FROM ordered_events.worker_status WHERE database = '$shard' AND kind = 'release'}),
 		"setup: $shard is set up, its worker serves it");
 }
 
@@ -164,7 +164,7 @@ SQL
 is(scalar @router_grants, 5, 'setup: the grants block has five statements');
 run('router', $_) for @router_grants;
 is( run('router', q{
-		SELECT count(*) FROM ordered_events.worker_status WHERE database = 'router'}),
+		SELECT count(*) FROM ordered_events.worker_status WHERE database = 'router' AND kind = 'release'}),
 	0, 'setup: no worker serves the router\'s database yet');
 
 #
@@ -415,7 +415,7 @@ $router->append_conf('postgresql.conf', "ordered_events.databases = 'router'");
 $router->reload;
 ok( $router->poll_query_until('router', q{
 	SELECT pid IS NOT NULL AND cycles > 0
-	  FROM ordered_events.worker_status WHERE database = 'router'}),
+	  FROM ordered_events.worker_status WHERE database = 'router' AND kind = 'release'}),
 	'monitoring: the router\'s worker runs');
 is(run('router', q{SELECT hook FROM ordered_events.cycle_hooks()}),
 	'ordered_events_router.combine_all()', 'monitoring: the router registered combine_all() with it');
