@@ -97,6 +97,8 @@ COMMIT;
 SELECT key, seq, dead_letter FROM ordered_events.handler_parked
  WHERE consumer_id = (SELECT consumer_id FROM ordered_events.consumer_def WHERE consumer = 'hp_retry')
  ORDER BY position;
+SELECT metric, value FROM ordered_events.metrics
+ WHERE consumer = 'hp_retry' AND metric LIKE 'ordered\_events\_handler\_%' ORDER BY metric;
 -- not due: nothing to do, and no worker is asked to
 SELECT ordered_events.process('hp_retry');
 SELECT count(*) AS listed FROM ordered_events.consumers_with_work() WHERE consumer = 'hp_retry';
@@ -202,6 +204,8 @@ SELECT ordered_events.process('order_status');
 SELECT key, count(*) AS waiting FROM ordered_events.handler_parked p
   JOIN ordered_events.consumer_def c USING (consumer_id)
  WHERE c.consumer = 'order_status' GROUP BY key ORDER BY key;
+SELECT metric, value FROM ordered_events.metrics
+ WHERE consumer = 'order_status' AND metric LIKE 'ordered\_events\_handler\_%' ORDER BY metric;
 -- the data is fixed and o1 re-driven: pay, ship, then the second ship fails
 INSERT INTO hp.good_cards VALUES ('amex');
 SELECT ordered_events.redrive('order_status', 'o1');

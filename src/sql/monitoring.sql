@@ -231,6 +231,28 @@ SELECT 'ordered_events_handler_dead_letters_total', 'counter', NULL, c.consumer,
   FROM ordered_events.consumer_def c
  WHERE c.handler IS NOT NULL
 UNION ALL
+-- a handler consumer's held keys, keys waiting for a retry, and the events
+-- parked behind them (by the partial indexes of handler_state)
+SELECT m.metric, 'gauge', NULL, c.consumer, m.value
+  FROM ordered_events.consumer_def c
+ CROSS JOIN LATERAL (
+        SELECT count(*) FILTER (WHERE k.held_since IS NOT NULL) AS held,
+               count(*) FILTER (WHERE k.held_since IS NULL AND k.next_attempt_at > now()) AS retrying,
+               coalesce(sum(k.parked), 0) AS parked
+          FROM (SELECT h.held_since, h.next_attempt_at, h.parked
+                  FROM ordered_events.handler_state h
+                 WHERE h.consumer_id = c.consumer_id AND h.held_since IS NOT NULL
+                UNION ALL
+                SELECT h.held_since, h.next_attempt_at, h.parked
+                  FROM ordered_events.handler_state h
+                 WHERE h.consumer_id = c.consumer_id AND h.parked > 0 AND h.held_since IS NULL) k) n
+ CROSS JOIN LATERAL (VALUES
+        ('ordered_events_handler_held_keys', n.held::double precision),
+        ('ordered_events_handler_retrying_keys', n.retrying::double precision),
+        ('ordered_events_handler_parked_events', n.parked::double precision)
+       ) m(metric, value)
+ WHERE c.handler IS NOT NULL
+UNION ALL
 -- the release worker of this database (its processed_total sums up the
 -- database's processing workers)
 SELECT m.metric, m.type, NULL, NULL, m.value
