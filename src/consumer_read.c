@@ -655,12 +655,15 @@ oe_consumer_lock_nowait(const char *consumer, int32 partition)
  * reader of it to end.  Call inside an internal scope.
  */
 void
-oe_consumer_lock(const OeConsumer *consumer)
+oe_consumer_lock(OeConsumer *consumer)
 {
 	Datum		values[2] = {Int32GetDatum(consumer->consumer_id),
 	Int32GetDatum(consumer->partition)};
 
+	if (consumer->locked)
+		return;
 	oe_run_plan(&plans[PLAN_LOCK], values, NULL, SPI_OK_SELECT);
+	consumer->locked = true;
 }
 
 /*
@@ -685,7 +688,7 @@ oe_consumer_take(const OeConsumer *consumer, int32 max_events, bool consume,
 	cx.partition = consumer->partition;
 
 	/* Wait for a reader of the partition to end, then see what it did. */
-	if (consume)
+	if (consume && !consumer->locked)
 	{
 		Datum		values[2] = {Int32GetDatum(cx.consumer_id), Int32GetDatum(cx.partition)};
 

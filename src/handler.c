@@ -148,7 +148,7 @@ static OePlan plans[] = {
 		"      WHERE q.consumer_id = $1 AND q.key = k.key ORDER BY q.position LIMIT $5) p "
 		"JOIN ordered_events.stream_def d ON d.stream_id = p.stream_id "
 		"ORDER BY p.position LIMIT $5",
-		5, {INT4OID, INT4OID, TIMESTAMPTZOID, INT4OID, INT4OID}
+		5, {INT4OID, INT4OID, TIMESTAMPTZOID, INT4OID, INT4OID}, CURSOR_OPT_GENERIC_PLAN
 	},
 	/* Parked events that were applied or became dead letters. */
 	[PLAN_UNPARK] = {
@@ -1704,7 +1704,6 @@ process_step(const OeConsumer *consumer, int32 max_events, bool in_worker, int s
 
 	open_handler(&step);
 	step.now = GetCurrentTimestamp();
-	oe_consumer_lock(consumer);
 	take_parked(&step, max_events);
 	if (step.nparked < max_events)
 		(void) oe_consumer_take(consumer, max_events - step.nparked, true, collect_event, &step);
@@ -1764,6 +1763,9 @@ process_named(Datum name, int32 partition, int32 max_events, bool in_worker, int
 				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
 				 errmsg("consumer \"%s\" has no handler", consumer.name),
 				 errhint("Read its events with ordered_events.read().")));
+	/* the worker took the lock without waiting (oe_consumer_lock_nowait) */
+	consumer.locked = in_worker;
+	oe_consumer_lock(&consumer);	/* before its parked events are read */
 	applied = process_step(&consumer, max_events, in_worker, server_ms);
 	oe_internal_end(&scope);
 	return applied;

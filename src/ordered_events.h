@@ -301,6 +301,7 @@ typedef struct OeConsumer
 	int64		retry_delay_us; /* before the first retry, doubled at each */
 	Oid			reader;			/* who reads its streams ('read'): the owner,
 								 * or the caller of a consumer without one */
+	bool		locked;			/* this transaction holds its partition's lock */
 } OeConsumer;
 
 /*
@@ -506,7 +507,7 @@ extern void oe_dead_letter_row(const char *stream, uint64 row, OeOutcome reason,
 extern int32 oe_consumer_args(FunctionCallInfo fcinfo, const char *takes);
 extern void oe_consumer_lookup(Datum name, int32 partition, OeConsumer *consumer);
 extern bool oe_consumer_lock_nowait(const char *consumer, int32 partition);
-extern void oe_consumer_lock(const OeConsumer *consumer);
+extern void oe_consumer_lock(OeConsumer *consumer);
 extern int32 oe_consumer_take(const OeConsumer *consumer, int32 max_events, bool consume,
 							  OeEventSink sink, void *arg);
 
