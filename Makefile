@@ -9,6 +9,7 @@ MODULE_big = ordered_events
 OBJS = \
 	src/args.o \
 	src/arrival.o \
+	src/backlog.o \
 	src/catalog.o \
 	src/compaction.o \
 	src/consumer_read.o \

@@ -1808,7 +1808,7 @@ COMMENT ON VIEW ordered_events.held IS
  * worker_status has one row per worker, the processing workers' too, and
  * gains kind and partition at the end.  A function's and a view's columns
  * cannot change in place: the 0.2 objects are renamed, made again, given
- * the privileges that users granted on the old ones (section 9 then keeps
+ * the privileges that users granted on the old ones (section 10 then keeps
  * only the extension's own in pg_init_privs), and dropped.  metrics reads
  * worker_report() (its release rows, now), so it is made again too.
  */
@@ -1988,7 +1988,148 @@ DROP VIEW ordered_events.worker_status_0_2;
 DROP FUNCTION ordered_events.worker_report_0_2();
 
 /* ------------------------------------------------------------------------
- * 9. Users' grants: the update to 0.3 repairs pg_init_privs of databases
+ * 9. Operating under backlog (issue 23; docs/monitoring.md, "What monitoring
+ *    costs")
+ * ------------------------------------------------------------------------
+ */
+
+/*
+ * The release steps summarise each lane's backlog (src/backlog.c); until a
+ * step has looked at a lane, readers read its events, as in 0.2, and
+ * streams_with_work() asks for that step.
+ */
+ALTER TABLE ordered_events.progress ADD COLUMN backlog_end bigint;
+/*
+ * The summary of each lane's backlog (src/backlog.c): the blocks of 1024
+ * seqs beyond a gap that had all arrived when a release step looked, so
+ * that monitoring counts them without reading their events.  Derived: a
+ * step stores it again, and readers read the events it does not cover.
+ */
+CREATE TABLE ordered_events.backlog_blocks (
+    stream_id integer NOT NULL
+        REFERENCES ordered_events.stream_def ON DELETE CASCADE,
+    lane text COLLATE "C" NOT NULL,
+    block bigint NOT NULL,          -- seqs block * 1024 .. block * 1024 + 1023
+    oldest_received_at timestamptz NOT NULL,
+    PRIMARY KEY (stream_id, lane, block)
+);
+COMMENT ON TABLE ordered_events.backlog_blocks IS
+    'Internal: blocks of 1024 pending seqs that have all arrived, per lane';
+SELECT pg_catalog.pg_extension_config_dump('ordered_events.backlog_blocks', '');
+
+CREATE OR REPLACE FUNCTION ordered_events.streams_with_work()
+RETURNS TABLE (stream text)
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT d.stream
+  FROM ordered_events.stream_def d
+  LEFT JOIN ordered_events.progress p ON p.stream_id = d.stream_id AND p.lane = ''
+ CROSS JOIN LATERAL (
+        -- a global stream: its first event from range_end on, by the primary key
+        (SELECT e.seq = p.range_end
+                OR p.gap_start IS DISTINCT FROM p.range_end
+                OR p.backlog_end IS NULL
+                OR d.gap_policy = 'fence'
+                OR ordered_events.gap_expired(p.gap_first_seen, d.gap_timeout,
+                                              pg_catalog.clock_timestamp()) AS needed,
+                e.received_at AS since
+           FROM ordered_events.event_store e
+          WHERE d.sequencing = 'global' AND NOT d.sharded
+            AND e.stream_id = d.stream_id AND e.lane = '' AND e.seq >= p.range_end
+          ORDER BY e.seq LIMIT 1)
+        UNION ALL
+        -- events beyond the gap its backlog's summary has not seen (src/backlog.c)
+        (SELECT true, e.received_at
+           FROM ordered_events.event_store e
+          WHERE d.sequencing = 'global' AND NOT d.sharded
+            AND e.stream_id = d.stream_id AND e.lane = '' AND e.seq >= p.backlog_end
+          ORDER BY e.seq LIMIT 1)
+        UNION ALL
+        (SELECT true, a.arrived_at
+           FROM ordered_events.key_arrivals a
+          WHERE d.sequencing = 'per_key' AND a.stream_id = d.stream_id
+          ORDER BY a.arrived_at LIMIT 1)
+        UNION ALL
+        -- the oldest gap of a per-key stream: if it has not timed out, no
+        -- younger one has (src/release.c, PLAN_EXPIRED_LANES)
+        (SELECT ordered_events.gap_expired(k.gap_first_seen, d.gap_timeout,
+                                           pg_catalog.clock_timestamp()), k.gap_first_seen
+           FROM ordered_events.progress k
+          WHERE d.gap_policy = 'timeout' AND d.sequencing = 'per_key'
+            AND k.stream_id = d.stream_id AND k.gap_start IS NOT NULL
+          ORDER BY k.gap_first_seen LIMIT 1)
+        UNION ALL
+        (SELECT true, g.skipped_at
+           FROM ordered_events.gap_skips g
+          WHERE g.stream_id = d.stream_id AND NOT g.settled
+          ORDER BY g.skipped_at LIMIT 1)) w
+ WHERE w.needed
+ GROUP BY d.stream
+ ORDER BY min(w.since), d.stream
+$$;
+/*
+ * What waits beyond the ranges of a stream's lanes, from the summary of
+ * their backlogs (src/backlog.c): its cost is the gaps and what arrived
+ * since the last release step, not the pending events.
+ */
+CREATE FUNCTION ordered_events.stream_backlog(
+    stream text, OUT pending_count bigint, OUT oldest_pending_at timestamptz,
+    OUT max_pending_seq bigint, OUT first_gap_start bigint, OUT first_gap_since timestamptz)
+RETURNS record
+LANGUAGE c STABLE STRICT PARALLEL RESTRICTED
+AS 'MODULE_PATHNAME', 'oe_stream_backlog';
+COMMENT ON FUNCTION ordered_events.stream_backlog(text) IS
+    'Internal: the pending events of a stream beyond its lanes'' ranges, and its first gap (stream_stats)';
+/*
+ * stream_stats from counters, the backlogs' summary and the dead letters:
+ * its cost is the stream's gaps, dead letters and skips, the events that
+ * arrived since its last release step, and one pass over its lanes'
+ * progress rows (the highest released seq), whatever it released or holds
+ * pending (bench/monitoring.sh, 11a and 11e).  Late events in skipped runs
+ * are pending too, until a release step settles them.  The skip ledger can
+ * hold more than 2^63 seqs (a run from -9223372036854775808, or many
+ * keys): skipped_count stops at the largest bigint instead of failing.
+ */
+CREATE OR REPLACE VIEW ordered_events.stream_stats AS
+SELECT d.stream,
+       CASE WHEN d.sequencing = 'global' THEN p.range_end END AS range_end,
+       greatest(b.max_pending_seq, lt.max_late_seq, lr.last_released_seq) AS max_seen_seq,
+       b.pending_count + lt.late_count AS pending_count,
+       t.released_count,
+       un.unprocessed_count,
+       least(b.oldest_pending_at, lt.oldest_late_at) AS oldest_pending_at,
+       b.first_gap_start,
+       b.first_gap_since,
+       sk.skipped_count
+  FROM ordered_events.stream_def d
+  LEFT JOIN ordered_events.progress p ON p.stream_id = d.stream_id AND p.lane = ''
+  JOIN ordered_events.release_totals t
+    ON t.stream_id = d.stream_id AND t.partitions = 1 AND t.partition = 0
+ CROSS JOIN LATERAL ordered_events.stream_backlog(d.stream) b
+ CROSS JOIN LATERAL (
+        SELECT count(*) AS late_count, min(e.received_at) AS oldest_late_at,
+               max(e.seq) AS max_late_seq
+          FROM ordered_events.gap_skips g
+          JOIN ordered_events.progress q ON q.stream_id = g.stream_id AND q.lane = g.lane
+          JOIN ordered_events.event_store e
+            ON e.stream_id = g.stream_id AND e.lane = g.lane
+           AND e.seq BETWEEN g.gap_start AND g.gap_end AND e.seq < q.range_end
+         WHERE g.stream_id = d.stream_id AND NOT g.settled) lt
+ CROSS JOIN LATERAL (
+        SELECT max(q.last_released_seq) AS last_released_seq
+          FROM ordered_events.progress q WHERE q.stream_id = d.stream_id) lr
+ CROSS JOIN LATERAL (
+        SELECT count(*) AS unprocessed_count
+          FROM ordered_events.unprocessed u
+         WHERE u.stream = d.stream AND u.consumer IS NULL) un
+ CROSS JOIN LATERAL (
+        SELECT least(coalesce(sum(g.gap_end::numeric - g.gap_start + 1), 0),
+                     9223372036854775807)::bigint AS skipped_count
+          FROM ordered_events.gap_skips g WHERE g.stream_id = d.stream_id) sk;
+
+/* ------------------------------------------------------------------------
+ * 10. Users' grants: the update to 0.3 repairs pg_init_privs of databases
  *    updated through 0.2.  This section stays last: a GRANT or REVOKE on
  *    an existing object after it would record users' grants again.
  * ------------------------------------------------------------------------

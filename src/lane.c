@@ -53,7 +53,8 @@ static OePlan plans[] = {
 	[PLAN_LOAD] = {
 		"SELECT p.range_end, p.max_event_ts, p.gap_start, p.gap_end, "
 		"  d.gap_timeout, "
-		"  p.fence_seq, p.fence_xid::text::bigint, p.last_event_seq, p.gap_first_seen "
+		"  p.fence_seq, p.fence_xid::text::bigint, p.last_event_seq, p.gap_first_seen, "
+		"  p.backlog_end "
 		"FROM ordered_events.progress p "
 		"JOIN ordered_events.stream_def d ON d.stream_id = p.stream_id "
 		"WHERE p.stream_id = $1 AND p.lane = $2",
@@ -149,7 +150,7 @@ seen_gap_expired(uint64 row)
 }
 
 /*
- * Load a lane's progress and skipped runs: the lane of key "lane_key" of a
+ * Load a lane's progress, skipped runs and islands: the lane of key "lane_key" of a
  * per-key stream, or the global lane (pass oe_lane_of()).  "step" is the
  * release step that will walk it, NULL if none will.
  */
@@ -189,8 +190,12 @@ oe_load_lane(OeLane *lane, const OeStream *stream, text *lane_key, OeStep *step)
 		lane->completed = !isnull;
 		value = oe_result(0, 9, &isnull);
 		lane->seen_gap_at = isnull ? 0 : DatumGetTimestampTz(value);
+		value = oe_result(0, 10, &isnull);
+		lane->has_backlog = !isnull;
+		lane->backlog_end = isnull ? 0 : DatumGetInt64(value);
 	}
 	load_runs(lane);
+	oe_backlog_load(lane);
 }
 
 /* Record the runs this step adds in the ledger. */
@@ -262,50 +267,73 @@ oe_save_lane(OeLane *lane)
 	oe_step_add_run(lane);
 }
 
-/* A scan of the event primary key: one lane in seq order. */
-typedef struct LaneScan
-{
-	Relation	heap;
-	Relation	index;
-	TupleTableSlot *slot;
-	IndexScanDesc scan;
-} LaneScan;
-
-/* The lane's events from its range_end on, in seq order. */
+/* Position the scan at the lane's first event from "from" on. */
 static void
-begin_lane_scan(LaneScan *ls, const OeLane *lane, Snapshot snapshot)
+lane_scan_from(OeLaneScan *ls, int64 from)
 {
-	const OeRelations *rels = oe_relations();
 	ScanKeyData keys[3];
 
 	ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_INT4EQ,
-				Int32GetDatum(lane->stream->stream_id));
-	ScanKeyInit(&keys[1], 2, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(lane->lane));
+				Int32GetDatum(ls->lane->stream->stream_id));
+	ScanKeyInit(&keys[1], 2, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(ls->lane->lane));
 	keys[1].sk_collation = C_COLLATION_OID;
-	ScanKeyInit(&keys[2], 3, BTGreaterEqualStrategyNumber, F_INT8GE,
-				Int64GetDatum(lane->range_end));
+	ScanKeyInit(&keys[2], 3, BTGreaterEqualStrategyNumber, F_INT8GE, Int64GetDatum(from));
+	index_rescan(ls->scan, keys, 3, NULL, 0);
+}
 
+/*
+ * Scan the lane's events in seq order from "from" on, by the primary key.
+ * With "jump", the lane's islands (backlog.c) come as runs of their own and
+ * the scan goes on after each, so a summarised backlog costs its islands,
+ * not its events.
+ */
+void
+oe_lane_scan_begin(OeLaneScan *ls, const OeLane *lane, Snapshot snapshot, int64 from,
+				   bool jump)
+{
+	const OeRelations *rels = oe_relations();
+
+	ls->lane = lane;
+	ls->next_island = jump ? list_head(lane->islands) : NULL;
+	while (ls->next_island != NULL && ((OeIsland *) lfirst(ls->next_island))->last < from)
+		ls->next_island = lnext(lane->islands, ls->next_island);
 	ls->heap = table_open(rels->event, AccessShareLock);
 	ls->index = index_open(rels->event_pkey, AccessShareLock);
 	ls->slot = table_slot_create(ls->heap, NULL);
 	ls->scan = index_beginscan(ls->heap, ls->index, snapshot, 3, 0);
-	index_rescan(ls->scan, keys, 3, NULL, 0);
+	lane_scan_from(ls, from);
 }
 
-/* The next event's seq into *seq; false at the end. */
-static bool
-scan_next(LaneScan *ls, int64 *seq)
+/*
+ * The next run of arrived seqs first..last: one event (first == last, in
+ * ls->slot, *island NULL) or an island.  False at the lane's end.
+ */
+bool
+oe_lane_scan_next(OeLaneScan *ls, int64 *first, int64 *last, const OeIsland **island)
 {
 	bool		isnull;
+	int64		seq;
 
+	*island = NULL;
 	if (!index_getnext_slot(ls->scan, ForwardScanDirection, ls->slot))
 		return false;
-	*seq = DatumGetInt64(slot_getattr(ls->slot, Anum_oe_event_seq, &isnull));
+	seq = DatumGetInt64(slot_getattr(ls->slot, Anum_oe_event_seq, &isnull));
+	if (ls->next_island != NULL && seq >= ((OeIsland *) lfirst(ls->next_island))->first)
+	{
+		*island = lfirst(ls->next_island);
+		ls->next_island = lnext(ls->lane->islands, ls->next_island);
+		*first = (*island)->first;
+		*last = (*island)->last;
+		if (*last < PG_INT64_MAX)
+			lane_scan_from(ls, *last + 1);
+		return true;
+	}
+	*first = *last = seq;
 	return true;
 }
 
-static void
-end_scan(LaneScan *ls)
+void
+oe_lane_scan_end(OeLaneScan *ls)
 {
 	index_endscan(ls->scan);
 	ExecDropSingleTupleTableSlot(ls->slot);
@@ -313,6 +341,15 @@ end_scan(LaneScan *ls)
 	table_close(ls->heap, AccessShareLock);
 }
 
+/* The next event's seq into *seq, with no island: false at the end. */
+static bool
+scan_next(OeLaneScan *ls, int64 *seq)
+{
+	int64		last;
+	const OeIsland *island;
+
+	return oe_lane_scan_next(ls, seq, &last, &island);
+}
 
 /* Count the event in the scan's slot, at seq, as released by the step. */
 static void
@@ -343,12 +380,12 @@ release_event(OeLane *lane, TupleTableSlot *slot, int64 seq)
 void
 oe_walk_lane(OeLane *lane, int64 limit, Snapshot snapshot)
 {
-	LaneScan	ls;
+	OeLaneScan	ls;
 	ListCell   *next_run = list_head(lane->runs);
 	int64		seq = 0;
 	bool		have;
 
-	begin_lane_scan(&ls, lane, snapshot);
+	oe_lane_scan_begin(&ls, lane, snapshot, lane->range_end, false);
 	have = scan_next(&ls, &seq);
 	while (!lane->last_event)
 	{
@@ -410,7 +447,7 @@ oe_walk_lane(OeLane *lane, int64 limit, Snapshot snapshot)
 			lane->range_end = skip_end + 1;
 		}
 	}
-	end_scan(&ls);
+	oe_lane_scan_end(&ls);
 }
 
 /*
@@ -423,11 +460,11 @@ oe_walk_lane(OeLane *lane, int64 limit, Snapshot snapshot)
 void
 oe_walk_lane_through(OeLane *lane, int64 through, Snapshot snapshot)
 {
-	LaneScan	ls;
+	OeLaneScan	ls;
 	ListCell   *lc = list_head(lane->runs);
 	int64		seq;
 
-	begin_lane_scan(&ls, lane, snapshot);
+	oe_lane_scan_begin(&ls, lane, snapshot, lane->range_end, false);
 	while (lane->range_end < through && scan_next(&ls, &seq) && seq < through)
 	{
 		OeSkipRun  *run = NULL;
@@ -440,7 +477,7 @@ oe_walk_lane_through(OeLane *lane, int64 through, Snapshot snapshot)
 		if (run == NULL || run->start > seq)
 			release_event(lane, ls.slot, seq);
 	}
-	end_scan(&ls);
+	oe_lane_scan_end(&ls);
 	if (lane->range_end < through)
 		lane->range_end = through;
 }
@@ -473,25 +510,27 @@ unskipped_parts(OeLane *lane, int64 from, int64 to,
  * range_end through "through" that no skipped run covers, in seq order.  A
  * hole ends before an arrived seq; with past_last, the seqs after the last
  * arrived one (through "through") are a hole too.  gaps() lists them,
- * skip_gap() declares them lost.
+ * skip_gap() declares them lost.  An island has no hole: it is passed whole.
  */
 void
 oe_lane_holes(OeLane *lane, Snapshot snapshot, int64 through, bool past_last,
 			  void (*emit) (OeLane *lane, int64 start, int64 end, void *arg), void *arg)
 {
-	LaneScan	ls;
+	OeLaneScan	ls;
 	int64		pos = lane->range_end;
-	int64		seq;
+	int64		first;
+	int64		last;
+	const OeIsland *island;
 
-	begin_lane_scan(&ls, lane, snapshot);
-	while (pos <= through && scan_next(&ls, &seq))
+	oe_lane_scan_begin(&ls, lane, snapshot, lane->range_end, true);
+	while (pos <= through && oe_lane_scan_next(&ls, &first, &last, &island))
 	{
 		CHECK_FOR_INTERRUPTS();
-		if (seq > pos)
-			unskipped_parts(lane, pos, Min(seq - 1, through), emit, arg);
-		pos = seq + 1;
+		if (first > pos)
+			unskipped_parts(lane, pos, Min(first - 1, through), emit, arg);
+		pos = last + 1;
 	}
 	if (past_last && pos <= through)
 		unskipped_parts(lane, pos, through, emit, arg);
-	end_scan(&ls);
+	oe_lane_scan_end(&ls);
 }

@@ -13,6 +13,7 @@
 
 #include "postgres.h"
 
+#include "access/genam.h"
 #include "access/transam.h"
 #include "datatype/timestamp.h"
 #include "fmgr.h"
@@ -203,6 +204,17 @@ typedef struct OeSkipRun
 	const char *reason;			/* set for runs this step adds */
 } OeSkipRun;
 
+/*
+ * A run of stored backlog blocks (backlog.c): every seq first..last had
+ * arrived when a release step stored them, so none can arrive any more.
+ */
+typedef struct OeIsland
+{
+	int64		first;
+	int64		last;
+	TimestampTz oldest;			/* the earliest received_at among them */
+} OeIsland;
+
 /* The released events of a stream for one partition count (delivery.c). */
 typedef struct OeTotals
 {
@@ -245,6 +257,9 @@ typedef struct OeLane
 	bool		completed;		/* a step passed the lane's last event before */
 	List	   *runs;			/* OeSkipRuns ending at or after range_end, by start */
 	List	   *new_runs;		/* OeSkipRuns this step adds */
+	bool		has_backlog;	/* progress.backlog_end is set (backlog.c) */
+	int64		backlog_end;	/* ... the first seq its summary did not see */
+	List	   *islands;		/* OeIslands from range_end on, by first */
 
 	/* what the step did */
 	int64		released;
@@ -541,6 +556,25 @@ oe_partition_of(uint64 hash, int32 partitions)
 }
 
 /* lane.c */
+/*
+ * A scan of a lane's events in seq order, from a seq on; with "jump", a
+ * stored island comes as one run instead of its events (backlog.c).
+ */
+typedef struct OeLaneScan
+{
+	Relation	heap;
+	Relation	index;
+	TupleTableSlot *slot;		/* the event of the last run, if not an island */
+	IndexScanDesc scan;
+	const OeLane *lane;
+	ListCell   *next_island;	/* NULL without "jump" */
+} OeLaneScan;
+
+extern void oe_lane_scan_begin(OeLaneScan *ls, const OeLane *lane, Snapshot snapshot,
+							   int64 from, bool jump);
+extern bool oe_lane_scan_next(OeLaneScan *ls, int64 *first, int64 *last,
+							  const OeIsland **island);
+extern void oe_lane_scan_end(OeLaneScan *ls);
 extern void oe_load_lane(OeLane *lane, const OeStream *stream, text *lane_key, OeStep *step);
 extern void oe_walk_lane(OeLane *lane, int64 limit, Snapshot snapshot);
 extern void oe_walk_lane_through(OeLane *lane, int64 through, Snapshot snapshot);
@@ -549,6 +583,11 @@ extern void oe_save_lane(OeLane *lane);
 extern void oe_lane_holes(OeLane *lane, Snapshot snapshot, int64 through, bool past_last,
 						  void (*emit) (OeLane *lane, int64 start, int64 end, void *arg),
 						  void *arg);
+
+/* backlog.c */
+extern void oe_backlog_load(OeLane *lane);
+extern bool oe_backlog_update(OeLane *lane, Snapshot snapshot);
+extern void oe_backlog_forget(const OeLane *lane);
 
 /* gap_policy.c */
 extern bool oe_gap_expired(TimestampTz first_seen, Interval *gap_timeout, TimestampTz now);

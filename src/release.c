@@ -85,6 +85,7 @@ int64
 oe_release_global_body(OeStepRun *run, void *arg)
 {
 	OeLane		lane;
+	Snapshot	snapshot = NULL;
 
 	oe_load_lane(&lane, &run->stream, oe_lane_of(&run->stream, NULL), &run->step);
 
@@ -95,17 +96,19 @@ oe_release_global_body(OeStepRun *run, void *arg)
 	 */
 	for (int attempt = 0; attempt < 2; attempt++)
 	{
-		Snapshot	snapshot = RegisterSnapshot(GetLatestSnapshot());
-
+		if (snapshot != NULL)
+			UnregisterSnapshot(snapshot);
+		snapshot = RegisterSnapshot(GetLatestSnapshot());
 		lane.gap = false;
 		oe_walk_lane(&lane, run->stream.max_release_batch, snapshot);
-		UnregisterSnapshot(snapshot);
 		if (!(lane.gap && lane.fence_recorded && attempt == 0))
 			break;
 	}
 
 	oe_add_runs(&lane);
 	oe_save_lane(&lane);
+	(void) oe_backlog_update(&lane, snapshot);	/* streams_with_work() sees the rest */
+	UnregisterSnapshot(snapshot);
 	oe_step_notify(run, &lane);
 	return lane.released;
 }
@@ -143,6 +146,7 @@ oe_release_lane(OeStep *step, text *key, int64 limit, Snapshot snapshot, bool *m
 	{
 		/* A seq above the last event whose transaction was open at the time. */
 		reject_after_last(stream, key, lane.range_end);
+		oe_backlog_forget(&lane);
 		return 0;
 	}
 	oe_walk_lane(&lane, limit, snapshot);
@@ -150,7 +154,12 @@ oe_release_lane(OeStep *step, text *key, int64 limit, Snapshot snapshot, bool *m
 	*more = lane.more;
 	oe_save_lane(&lane);
 	if (lane.last_event)
+	{
 		reject_after_last(stream, key, lane.range_end);
+		oe_backlog_forget(&lane);
+	}
+	else if (oe_backlog_update(&lane, snapshot))
+		*more = true;			/* its summary goes on in the next step */
 	return lane.released;
 }
 

@@ -42,40 +42,56 @@ COMMENT ON VIEW ordered_events.worker_status IS
     'One row per background worker: each served database''s release worker, and the processing workers of handler consumer partitions';
 GRANT SELECT ON ordered_events.worker_status TO pg_monitor;
 /*
- * stream_stats from counters, the pending events and the dead letters: its
- * cost is the stream's pending events, gaps, dead letters and skips, and
- * one pass over its lanes' progress rows (the highest released seq),
- * whatever it released (bench/monitoring.sh, 11a).  The skip ledger can
+ * What waits beyond the ranges of a stream's lanes, from the summary of
+ * their backlogs (src/backlog.c): its cost is the gaps and what arrived
+ * since the last release step, not the pending events.
+ */
+CREATE FUNCTION ordered_events.stream_backlog(
+    stream text, OUT pending_count bigint, OUT oldest_pending_at timestamptz,
+    OUT max_pending_seq bigint, OUT first_gap_start bigint, OUT first_gap_since timestamptz)
+RETURNS record
+LANGUAGE c STABLE STRICT PARALLEL RESTRICTED
+AS 'MODULE_PATHNAME', 'oe_stream_backlog';
+COMMENT ON FUNCTION ordered_events.stream_backlog(text) IS
+    'Internal: the pending events of a stream beyond its lanes'' ranges, and its first gap (stream_stats)';
+/*
+ * stream_stats from counters, the backlogs' summary and the dead letters:
+ * its cost is the stream's gaps, dead letters and skips, the events that
+ * arrived since its last release step, and one pass over its lanes'
+ * progress rows (the highest released seq), whatever it released or holds
+ * pending (bench/monitoring.sh, 11a and 11e).  Late events in skipped runs
+ * are pending too, until a release step settles them.  The skip ledger can
  * hold more than 2^63 seqs (a run from -9223372036854775808, or many
  * keys): skipped_count stops at the largest bigint instead of failing.
  */
 CREATE VIEW ordered_events.stream_stats AS
 SELECT d.stream,
        CASE WHEN d.sequencing = 'global' THEN p.range_end END AS range_end,
-       greatest(pe.max_pending_seq, lr.last_released_seq) AS max_seen_seq,
-       pe.pending_count,
+       greatest(b.max_pending_seq, lt.max_late_seq, lr.last_released_seq) AS max_seen_seq,
+       b.pending_count + lt.late_count AS pending_count,
        t.released_count,
        un.unprocessed_count,
-       pe.oldest_pending_at,
-       fg.first_gap_start,
-       fg.first_gap_since,
+       least(b.oldest_pending_at, lt.oldest_late_at) AS oldest_pending_at,
+       b.first_gap_start,
+       b.first_gap_since,
        sk.skipped_count
   FROM ordered_events.stream_def d
   LEFT JOIN ordered_events.progress p ON p.stream_id = d.stream_id AND p.lane = ''
   JOIN ordered_events.release_totals t
     ON t.stream_id = d.stream_id AND t.partitions = 1 AND t.partition = 0
+ CROSS JOIN LATERAL ordered_events.stream_backlog(d.stream) b
  CROSS JOIN LATERAL (
-        SELECT count(*) AS pending_count, min(w.received_at) AS oldest_pending_at,
-               max(w.seq) AS max_pending_seq
-          FROM ordered_events.pending w WHERE w.stream = d.stream) pe
+        SELECT count(*) AS late_count, min(e.received_at) AS oldest_late_at,
+               max(e.seq) AS max_late_seq
+          FROM ordered_events.gap_skips g
+          JOIN ordered_events.progress q ON q.stream_id = g.stream_id AND q.lane = g.lane
+          JOIN ordered_events.event_store e
+            ON e.stream_id = g.stream_id AND e.lane = g.lane
+           AND e.seq BETWEEN g.gap_start AND g.gap_end AND e.seq < q.range_end
+         WHERE g.stream_id = d.stream_id AND NOT g.settled) lt
  CROSS JOIN LATERAL (
         SELECT max(q.last_released_seq) AS last_released_seq
           FROM ordered_events.progress q WHERE q.stream_id = d.stream_id) lr
- LEFT JOIN LATERAL (
-        SELECT g.gap_start AS first_gap_start, g.first_seen AS first_gap_since
-          FROM ordered_events.gaps(d.stream) g
-         ORDER BY g.first_seen NULLS LAST, g.gap_start
-         LIMIT 1) fg ON true
  CROSS JOIN LATERAL (
         SELECT count(*) AS unprocessed_count
           FROM ordered_events.unprocessed u

@@ -26,6 +26,7 @@ CREATE TABLE ordered_events.progress (
     fence_seq bigint,               -- fence: the last seq allocated when read
     fence_xid xid8,                 -- fence: the next xid, read after fence_seq
     updated_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    backlog_end bigint,             -- backlog_blocks: the first seq not looked at
     PRIMARY KEY (stream_id, lane)
 );
 -- The lanes whose gap a timeout may skip, without visiting idle ones.
@@ -34,6 +35,24 @@ CREATE INDEX progress_gap_idx ON ordered_events.progress (stream_id, gap_first_s
 COMMENT ON TABLE ordered_events.progress IS
     'Internal: the contiguous range and counters of each lane';
 SELECT pg_catalog.pg_extension_config_dump('ordered_events.progress', '');
+
+/*
+ * The summary of each lane's backlog (src/backlog.c): the blocks of 1024
+ * seqs beyond a gap that had all arrived when a release step looked, so
+ * that monitoring counts them without reading their events.  Derived: a
+ * step stores it again, and readers read the events it does not cover.
+ */
+CREATE TABLE ordered_events.backlog_blocks (
+    stream_id integer NOT NULL
+        REFERENCES ordered_events.stream_def ON DELETE CASCADE,
+    lane text COLLATE "C" NOT NULL,
+    block bigint NOT NULL,          -- seqs block * 1024 .. block * 1024 + 1023
+    oldest_received_at timestamptz NOT NULL,
+    PRIMARY KEY (stream_id, lane, block)
+);
+COMMENT ON TABLE ordered_events.backlog_blocks IS
+    'Internal: blocks of 1024 pending seqs that have all arrived, per lane';
+SELECT pg_catalog.pg_extension_config_dump('ordered_events.backlog_blocks', '');
 
 /*
  * The release log: one row per release step of a lane, numbered in the
@@ -158,6 +177,7 @@ SELECT d.stream
         -- a global stream: its first event from range_end on, by the primary key
         (SELECT e.seq = p.range_end
                 OR p.gap_start IS DISTINCT FROM p.range_end
+                OR p.backlog_end IS NULL
                 OR d.gap_policy = 'fence'
                 OR ordered_events.gap_expired(p.gap_first_seen, d.gap_timeout,
                                               pg_catalog.clock_timestamp()) AS needed,
@@ -165,6 +185,13 @@ SELECT d.stream
            FROM ordered_events.event_store e
           WHERE d.sequencing = 'global' AND NOT d.sharded
             AND e.stream_id = d.stream_id AND e.lane = '' AND e.seq >= p.range_end
+          ORDER BY e.seq LIMIT 1)
+        UNION ALL
+        -- events beyond the gap its backlog's summary has not seen (src/backlog.c)
+        (SELECT true, e.received_at
+           FROM ordered_events.event_store e
+          WHERE d.sequencing = 'global' AND NOT d.sharded
+            AND e.stream_id = d.stream_id AND e.lane = '' AND e.seq >= p.backlog_end
           ORDER BY e.seq LIMIT 1)
         UNION ALL
         (SELECT true, a.arrived_at

@@ -83,14 +83,14 @@ SELECT functions_are('ordered_events', ARRAY[
     'revoke_stream_as', 'subscribe_as', 'unsubscribe_as', 'check_not_in_step',
     'lock_subscriptions', 'retention_cutoff', 'gap_expired', 'released_end',
     'check_failure_policy', 'forget_parked', 'handler_consumer_to_change', 'redrive_as',
-    'skip_held_as', 'wake_worker'],
+    'skip_held_as', 'wake_worker', 'stream_backlog'],
     'schema ordered_events has exactly the functions of 0.3');
 SELECT tables_are('ordered_events', ARRAY[
     'unprocessed',
     -- internal
     'stream_def', 'event_store', 'progress', 'lane_release_log', 'gap_skips', 'key_arrivals',
     'release_totals', 'consumer_def', 'subscription', 'handler_state', 'handler_result',
-    'handler_parked', 'key_counters', 'deleted_totals', 'cycle_hook'],
+    'handler_parked', 'key_counters', 'deleted_totals', 'cycle_hook', 'backlog_blocks'],
     'schema ordered_events has exactly the tables of 0.3');
 SELECT views_are('ordered_events', ARRAY[
     'streams', 'inbox', 'released', 'pending', 'ranges', 'key_status', 'stream_stats',

@@ -1,0 +1,185 @@
+--
+-- backlog_summary: stream_stats and gaps() from the summary of each lane's
+-- backlog (src/backlog.c), the blocks of 1024 seqs beyond a gap that had all
+-- arrived when a release step looked.  Each check compares them with what
+-- the events say, computed here from ordered_events.event_store, through
+-- arrivals in random order with holes, releases in small batches, filled
+-- holes, skip_gap(), a per-key stream and a completed key; then counts the
+-- events a stream_stats read fetches (pg_stat_xact_user_tables: recorded,
+-- not timed) with 100,000 pending behind one gap.
+--
+-- release() is called by hand (no background worker serves this database).
+--
+\set VERBOSITY default
+\set SHOW_CONTEXT never
+SELECT setseed(0.23);
+
+-- What the events say: the pending events of each lane (seq >= its
+-- range_end), their count, oldest and highest, and the holes between them
+-- that no skipped run covers.
+CREATE FUNCTION pg_temp.truth_pending(s text)
+RETURNS TABLE (pending bigint, oldest timestamptz, max_seq bigint)
+LANGUAGE sql AS $$
+    SELECT count(*), min(e.received_at), max(e.seq)
+      FROM ordered_events.event_store e
+      JOIN ordered_events.stream_def d ON d.stream_id = e.stream_id AND d.stream = s
+      LEFT JOIN ordered_events.progress p ON p.stream_id = e.stream_id AND p.lane = e.lane
+     WHERE e.seq >= coalesce(p.range_end, d.initial_sequence)
+$$;
+CREATE FUNCTION pg_temp.truth_gaps(s text)
+RETURNS TABLE (key text, gap_start bigint, gap_end bigint)
+LANGUAGE sql AS $$
+    WITH lanes AS (
+        SELECT e.lane, coalesce(p.range_end, d.initial_sequence) AS range_end,
+               max(e.seq) AS top, d.stream_id, d.sequencing
+          FROM ordered_events.event_store e
+          JOIN ordered_events.stream_def d ON d.stream_id = e.stream_id AND d.stream = s
+          LEFT JOIN ordered_events.progress p ON p.stream_id = e.stream_id AND p.lane = e.lane
+         WHERE e.seq >= coalesce(p.range_end, d.initial_sequence)
+         GROUP BY e.lane, p.range_end, d.initial_sequence, d.stream_id, d.sequencing),
+    missing AS (
+        SELECT l.lane, l.sequencing, m.seq
+          FROM lanes l CROSS JOIN LATERAL generate_series(l.range_end, l.top) m(seq)
+         WHERE NOT EXISTS (SELECT FROM ordered_events.event_store e
+                            WHERE e.stream_id = l.stream_id AND e.lane = l.lane AND e.seq = m.seq)
+           AND NOT EXISTS (SELECT FROM ordered_events.gap_skips g
+                            WHERE g.stream_id = l.stream_id AND g.lane = l.lane
+                              AND m.seq BETWEEN g.gap_start AND g.gap_end))
+    SELECT CASE WHEN sequencing = 'per_key' THEN lane END, min(seq), max(seq)
+      FROM (SELECT lane, sequencing, seq, seq - row_number() OVER (PARTITION BY lane ORDER BY seq) AS run
+              FROM missing) r
+     GROUP BY lane, sequencing, run
+$$;
+-- stream_stats and gaps() agree with the events: every difference, none if right.
+CREATE FUNCTION pg_temp.check(s text)
+RETURNS TABLE (what text, summary text, events text)
+LANGUAGE sql AS $$
+    SELECT 'pending', row(st.pending_count, st.oldest_pending_at, st.max_seen_seq)::text,
+           row(t.pending, t.oldest, greatest(t.max_seq, st_released.last))::text
+      FROM ordered_events.stream_stats st
+     CROSS JOIN pg_temp.truth_pending(s) t
+     CROSS JOIN (SELECT max(p.last_released_seq) AS last FROM ordered_events.progress p
+                  JOIN ordered_events.stream_def d USING (stream_id) WHERE d.stream = s) st_released
+     WHERE st.stream = s
+       AND row(st.pending_count, st.oldest_pending_at, st.max_seen_seq)
+           IS DISTINCT FROM row(t.pending, t.oldest, greatest(t.max_seq, st_released.last))
+    UNION ALL
+    (SELECT 'gaps', array_agg(row(g.key, g.gap_start, g.gap_end)::text ORDER BY g.key, g.gap_start)::text, NULL
+       FROM ordered_events.gaps(s) g
+     EXCEPT ALL
+     SELECT 'gaps', array_agg(row(t.key, t.gap_start, t.gap_end)::text ORDER BY t.key, t.gap_start)::text, NULL
+       FROM pg_temp.truth_gaps(s) t)
+    UNION ALL
+    SELECT 'first gap', st.first_gap_start::text,
+           (SELECT min(t.gap_start) FROM pg_temp.truth_gaps(s) t)::text
+      FROM ordered_events.stream_stats st
+     WHERE st.stream = s AND st.first_gap_since IS NULL
+       AND st.first_gap_start IS DISTINCT FROM (SELECT min(t.gap_start) FROM pg_temp.truth_gaps(s) t)
+$$;
+
+-- A global stream of 20,000 seqs written in random order in four rounds,
+-- with seqs 5, 3000, 3001, 9000-9009 and 15000 missing, released in batches
+-- of 3,000 after each round.
+SELECT ordered_events.create_stream('bk', max_release_batch => 3000);
+CREATE TABLE pg_temp.arrivals AS
+SELECT s AS seq, (random() * 3)::int AS round, random() AS shuffle
+  FROM generate_series(1, 20000) s
+ WHERE s NOT IN (5, 3000, 3001, 15000) AND s NOT BETWEEN 9000 AND 9009;
+DO $$
+BEGIN
+    FOR n IN 0..3 LOOP
+        INSERT INTO ordered_events.inbox (stream, seq, key)
+        SELECT 'bk', a.seq, 'k' || a.seq % 7 FROM pg_temp.arrivals a
+         WHERE a.round = n ORDER BY a.shuffle;
+        PERFORM ordered_events.release('bk');
+        PERFORM ordered_events.release('bk');
+    END LOOP;
+END $$;
+SELECT count(*) > 0 AS blocks_stored FROM ordered_events.backlog_blocks;
+SELECT * FROM pg_temp.check('bk');
+SELECT range_end, pending_count, first_gap_start, first_gap_since IS NOT NULL AS seen
+  FROM ordered_events.stream_stats WHERE stream = 'bk';
+
+-- events that arrived since the last step are counted too
+SELECT ordered_events.ingest('bk', 20005, 'k');
+SELECT ordered_events.ingest('bk', 9004, 'k');
+SELECT * FROM pg_temp.check('bk');
+
+-- filled holes: the range moves in batches, the summary follows
+SELECT ordered_events.ingest('bk', 5, 'k');
+SELECT ordered_events.release('bk');
+SELECT * FROM pg_temp.check('bk');
+SELECT ordered_events.ingest('bk', 3000, 'k'), ordered_events.ingest('bk', 3001, 'k');
+SELECT ordered_events.release('bk') + ordered_events.release('bk') AS released;
+SELECT * FROM pg_temp.check('bk');
+
+-- skipped: 9000-9009 but 9004 is lost; the range passes it, up to 15000
+SELECT ordered_events.skip_gap('bk', 9009, 'lost upstream');
+SELECT * FROM pg_temp.check('bk');
+SELECT ordered_events.release('bk') + ordered_events.release('bk') AS released;
+SELECT * FROM pg_temp.check('bk');
+SELECT range_end, pending_count, first_gap_start FROM ordered_events.stream_stats WHERE stream = 'bk';
+
+-- a skip above the range while it is still releasing in batches
+SELECT ordered_events.skip_gap('bk', 20003, 'lost upstream');
+SELECT * FROM pg_temp.check('bk');
+SELECT ordered_events.release('bk') + ordered_events.release('bk') + ordered_events.release('bk')
+    AS released;
+SELECT * FROM pg_temp.check('bk');
+
+-- all released: nothing stored is left
+SELECT ordered_events.ingest('bk', 15000, 'k'), ordered_events.ingest('bk', 20004, 'k');
+SELECT ordered_events.release('bk') + ordered_events.release('bk') AS released;
+SELECT * FROM pg_temp.check('bk');
+SELECT range_end, pending_count, first_gap_start FROM ordered_events.stream_stats WHERE stream = 'bk';
+SELECT count(*) AS blocks_left FROM ordered_events.backlog_blocks b
+  JOIN ordered_events.stream_def d USING (stream_id) WHERE d.stream = 'bk';
+
+-- A per-key stream: key a waits behind its seq 3 with 5,000 events, key b
+-- behind 2,000 with holes, key c has none; then a's gap fills and b ends.
+SELECT ordered_events.create_stream('bk_keys', sequencing => 'per_key', max_release_batch => 2500);
+INSERT INTO ordered_events.inbox (stream, seq, key)
+SELECT 'bk_keys', s, 'a' FROM generate_series(1, 5000) s WHERE s <> 3
+UNION ALL
+SELECT 'bk_keys', s, 'b' FROM generate_series(1, 4000) s WHERE s <> 2000 AND s % 1500 <> 0
+UNION ALL
+SELECT 'bk_keys', s, 'c' FROM generate_series(1, 100) s;
+SELECT ordered_events.release('bk_keys') + ordered_events.release('bk_keys') AS released;
+SELECT * FROM pg_temp.check('bk_keys');
+SELECT ordered_events.ingest('bk_keys', 3, 'a');
+SELECT ordered_events.ingest('bk_keys', 4001, 'b', last_event => true);
+SELECT ordered_events.ingest('bk_keys', 2000, 'b');
+SELECT * FROM pg_temp.check('bk_keys');
+SELECT ordered_events.release('bk_keys') + ordered_events.release('bk_keys') AS released;
+SELECT * FROM pg_temp.check('bk_keys');
+SELECT key, gap_start, gap_end FROM ordered_events.gaps('bk_keys') ORDER BY key, gap_start;
+SELECT ordered_events.ingest('bk_keys', 1500, 'b'), ordered_events.ingest('bk_keys', 3000, 'b');
+SELECT ordered_events.release('bk_keys') + ordered_events.release('bk_keys') AS released;
+SELECT * FROM pg_temp.check('bk_keys');
+SELECT count(*) AS blocks_left FROM ordered_events.backlog_blocks b
+  JOIN ordered_events.stream_def d USING (stream_id) WHERE d.stream = 'bk_keys';
+
+-- What a read costs, recorded: with 100,000 events pending behind seq 5, a
+-- stream_stats read and gaps() fetch the events of the block with the hole
+-- and of the last one, not the backlog.  pg_stat_xact_user_tables counts
+-- this backend's fetches not yet reported: the difference is the read's.
+SELECT ordered_events.create_stream('bk_wide');
+INSERT INTO ordered_events.inbox (stream, seq, key)
+SELECT 'bk_wide', s, 'k' || s % 100 FROM generate_series(1, 100000) s WHERE s <> 5;
+SELECT ordered_events.release('bk_wide') + ordered_events.release('bk_wide') AS released;
+SELECT * FROM pg_temp.check('bk_wide');
+CREATE FUNCTION pg_temp.fetched() RETURNS bigint LANGUAGE sql AS $$
+    SELECT idx_tup_fetch FROM pg_stat_xact_user_tables
+     WHERE relid = 'ordered_events.event_store'::regclass
+$$;
+BEGIN;
+SELECT pg_temp.fetched() AS before \gset
+SELECT pending_count, first_gap_start FROM ordered_events.stream_stats WHERE stream = 'bk_wide';
+SELECT pg_temp.fetched() - :before < 2048 AS stream_stats_cheap;
+SELECT pg_temp.fetched() AS before \gset
+SELECT key, gap_start, gap_end FROM ordered_events.gaps('bk_wide');
+SELECT pg_temp.fetched() - :before < 2048 AS gaps_cheap;
+COMMIT;
+
+SELECT ordered_events.drop_stream(s) FROM unnest(ARRAY['bk', 'bk_keys', 'bk_wide']) s;
+SELECT count(*) AS blocks_left FROM ordered_events.backlog_blocks;

@@ -1,0 +1,497 @@
+/*-------------------------------------------------------------------------
+ *
+ * backlog.c
+ *	  The summary of a lane's backlog, the events that wait beyond its
+ *	  first gap, so that monitoring and gaps() cost the gaps and what
+ *	  arrived since the last release step, not the backlog.
+ *
+ * The seqs of a lane are cut in blocks of BLOCK_SIZE (block b holds seqs
+ * b * BLOCK_SIZE .. b * BLOCK_SIZE + BLOCK_SIZE - 1).  A release step that
+ * stops at a gap looks at the lane's events beyond it and stores each
+ * block that is complete: every seq of it arrived and none is in a skipped
+ * run (a late event could still commit there).  A complete block does not
+ * change until it is released: no seq of it can arrive again (that would
+ * be a duplicate) and nothing deletes a pending event, except when its
+ * lane completes (the step that rejects what follows a last event forgets
+ * the lane's blocks).  So a reader with any snapshot that sees the blocks
+ * takes a run of them (an island, OeIsland) for their events without
+ * reading these, and reads only the rest: the blocks with a hole, the last
+ * one, and what arrived since the step.  A reader whose snapshot does not
+ * see them reads every event, as it must.
+ *
+ * progress.backlog_end is the first seq the last step did not look at, so
+ * that streams_with_work() asks for another step while events lie there;
+ * NULL when nothing waits beyond the lane's range.  A step looks at most
+ * STEP_EVENTS events that are not in islands, and none when the lane has
+ * no gap (releasing in batches, it forgets only the blocks it released):
+ * the summary costs a backlog's events once, when they wait behind a gap.
+ *
+ * Concurrency: written by release steps, under the stream's release lock
+ * (step.c); read with any snapshot, without a lock.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "ordered_events.h"
+
+#include "catalog/namespace.h"
+#include "catalog/pg_type.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+#define BLOCK_SIZE 1024
+#define STEP_EVENTS 65536		/* events a step looks at, beyond islands */
+
+enum
+{
+	PLAN_ISLANDS,
+	PLAN_STORE,
+	PLAN_FORGET,
+	PLAN_SET_END,
+	PLAN_LANES
+};
+
+static OePlan plans[] = {
+	/* runs of consecutive stored blocks from block $3 on (gaps and islands) */
+	[PLAN_ISLANDS] = {
+		"SELECT min(b.block), max(b.block), min(b.oldest_received_at) FROM ("
+		"  SELECT block, oldest_received_at, block - row_number() OVER (ORDER BY block) AS island "
+		"  FROM ordered_events.backlog_blocks "
+		"  WHERE stream_id = $1 AND lane = $2 AND block >= $3) b "
+		"GROUP BY b.island ORDER BY 1",
+		3, {INT4OID, TEXTOID, INT8OID}
+	},
+	[PLAN_STORE] = {
+		"INSERT INTO ordered_events.backlog_blocks (stream_id, lane, block, oldest_received_at) "
+		"SELECT $1, $2, b.block, b.oldest "
+		"FROM ROWS FROM (pg_catalog.unnest($3::bigint[]), pg_catalog.unnest($4::timestamptz[])) "
+		"  AS b(block, oldest) "
+		"ON CONFLICT DO NOTHING",
+		4, {INT4OID, TEXTOID, INT8ARRAYOID, TIMESTAMPTZARRAYOID}
+	},
+	[PLAN_FORGET] = {
+		"DELETE FROM ordered_events.backlog_blocks "
+		"WHERE stream_id = $1 AND lane = $2 AND block < $3",
+		3, {INT4OID, TEXTOID, INT8OID}
+	},
+	[PLAN_SET_END] = {
+		"UPDATE ordered_events.progress SET backlog_end = $3 "
+		"WHERE stream_id = $1 AND lane = $2",
+		3, {INT4OID, TEXTOID, INT8OID}
+	},
+	/* the lanes of a per-key stream that can wait: as gaps() (gaps.c) */
+	[PLAN_LANES] = {
+		"SELECT lane FROM ordered_events.progress WHERE stream_id = $1 AND gap_start IS NOT NULL "
+		"UNION "
+		"SELECT key FROM ordered_events.key_arrivals WHERE stream_id = $1",
+		1, {INT4OID}
+	},
+};
+
+/* The block of a seq (floor division, also below zero). */
+static int64
+block_of(int64 seq)
+{
+	return seq >= 0 ? seq / BLOCK_SIZE : -((-(seq + 1)) / BLOCK_SIZE) - 1;
+}
+
+static int64
+block_first(int64 block)
+{
+	return block * BLOCK_SIZE;
+}
+
+/* The first block that lies wholly at or after seq. */
+static int64
+first_block_from(int64 seq)
+{
+	int64		block = block_of(seq);
+
+	return block_first(block) == seq ? block : block + 1;
+}
+
+/*
+ * Load the lane's islands from its range_end on, if a step stored any
+ * (oe_load_lane() calls this).
+ */
+void
+oe_backlog_load(OeLane *lane)
+{
+	Datum		values[3];
+
+	lane->islands = NIL;
+	if (!lane->has_backlog)
+		return;
+	values[0] = Int32GetDatum(lane->stream->stream_id);
+	values[1] = PointerGetDatum(lane->lane);
+	values[2] = Int64GetDatum(first_block_from(lane->range_end));
+	oe_run_plan(&plans[PLAN_ISLANDS], values, NULL, SPI_OK_SELECT);
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		OeIsland   *island = palloc(sizeof(OeIsland));
+		bool		isnull;
+
+		island->first = block_first(DatumGetInt64(oe_result(i, 1, &isnull)));
+		island->last = block_first(DatumGetInt64(oe_result(i, 2, &isnull))) + (BLOCK_SIZE - 1);
+		island->oldest = DatumGetTimestampTz(oe_result(i, 3, &isnull));
+		lane->islands = lappend(lane->islands, island);
+	}
+}
+
+/* Forget the lane's blocks below "block". */
+static void
+forget_blocks(const OeLane *lane, int64 block)
+{
+	Datum		values[3];
+
+	values[0] = Int32GetDatum(lane->stream->stream_id);
+	values[1] = PointerGetDatum(lane->lane);
+	values[2] = Int64GetDatum(block);
+	oe_run_plan(&plans[PLAN_FORGET], values, NULL, SPI_OK_DELETE);
+}
+
+/* Store the lane's backlog_end (NULL without has_end) if it changed. */
+static void
+set_backlog_end(const OeLane *lane, bool has_end, int64 end)
+{
+	Datum		values[3];
+	char		nulls[3] = {' ', ' ', ' '};
+
+	if (has_end == lane->has_backlog && (!has_end || end == lane->backlog_end))
+		return;
+	values[0] = Int32GetDatum(lane->stream->stream_id);
+	values[1] = PointerGetDatum(lane->lane);
+	values[2] = Int64GetDatum(end);
+	nulls[2] = has_end ? ' ' : 'n';
+	oe_run_plan(&plans[PLAN_SET_END], values, nulls, SPI_OK_UPDATE);
+}
+
+/* Forget everything stored of a lane: its pending events are gone. */
+void
+oe_backlog_forget(const OeLane *lane)
+{
+	if (!lane->has_backlog)
+		return;
+	forget_blocks(lane, PG_INT64_MAX);
+	set_backlog_end(lane, false, 0);
+}
+
+/* True if a skipped run of the lane (or one this step adds) meets the block. */
+static bool
+block_meets_runs(const OeLane *lane, int64 block)
+{
+	int64		first = block_first(block);
+	int64		last = first + (BLOCK_SIZE - 1);
+	List	   *lists[2] = {lane->runs, lane->new_runs};
+
+	for (int i = 0; i < 2; i++)
+	{
+		ListCell   *lc;
+
+		foreach(lc, lists[i])
+		{
+			OeSkipRun  *run = lfirst(lc);
+
+			if (run->start <= last && run->end >= first)
+				return true;
+		}
+	}
+	return false;
+}
+
+/* Blocks a step found complete, to store. */
+typedef struct NewBlocks
+{
+	ArrayBuildState *blocks;
+	ArrayBuildState *oldest;
+	int64		count;
+} NewBlocks;
+
+/* Keep a block the walk finished if all its seqs arrived. */
+static void
+finish_block(const OeLane *lane, NewBlocks *found, int64 block, int64 events,
+			 TimestampTz oldest)
+{
+	if (events != BLOCK_SIZE || block_first(block) < lane->range_end ||
+		block_meets_runs(lane, block))
+		return;
+	found->blocks = accumArrayResult(found->blocks, Int64GetDatum(block), false, INT8OID,
+									 CurrentMemoryContext);
+	found->oldest = accumArrayResult(found->oldest, TimestampTzGetDatum(oldest), false,
+									 TIMESTAMPTZOID, CurrentMemoryContext);
+	found->count++;
+}
+
+static void
+store_blocks(const OeLane *lane, NewBlocks *found)
+{
+	Datum		values[4];
+
+	if (found->count == 0)
+		return;
+	values[0] = Int32GetDatum(lane->stream->stream_id);
+	values[1] = PointerGetDatum(lane->lane);
+	values[2] = makeArrayResult(found->blocks, CurrentMemoryContext);
+	values[3] = makeArrayResult(found->oldest, CurrentMemoryContext);
+	oe_run_plan(&plans[PLAN_STORE], values, NULL, SPI_OK_INSERT);
+}
+
+static TimestampTz
+received_at(TupleTableSlot *slot)
+{
+	bool		isnull;
+
+	return DatumGetTimestampTz(slot_getattr(slot, Anum_oe_event_received_at, &isnull));
+}
+
+/*
+ * After a release step walked the lane (lane.c): forget the blocks it
+ * released, and if it stopped at a gap, look at the events beyond that are
+ * in no island, storing the blocks now complete, with the step's snapshot.
+ * Returns true if it stopped at STEP_EVENTS: the lane needs another step.
+ */
+bool
+oe_backlog_update(OeLane *lane, Snapshot snapshot)
+{
+	OeLaneScan	ls;
+	NewBlocks	found = {0};
+	int64		first;
+	int64		last;
+	const OeIsland *island;
+	int64		block = 0;
+	int64		events = 0;
+	int64		looked = 0;
+	int64		end = lane->range_end;
+	TimestampTz oldest = DT_NOEND;
+	bool		in_block = false;
+	bool		stopped = false;
+
+	bool		moved = lane->has_backlog && lane->range_end > lane->start;
+
+	if (!lane->gap)
+	{
+		/* Nothing waits, or it is being released in batches. */
+		if (!lane->more)
+			oe_backlog_forget(lane);
+		else if (moved)
+			forget_blocks(lane, first_block_from(lane->range_end));
+		return false;
+	}
+
+	oe_lane_scan_begin(&ls, lane, snapshot, lane->range_end, true);
+	while (oe_lane_scan_next(&ls, &first, &last, &island))
+	{
+		CHECK_FOR_INTERRUPTS();
+		if (island != NULL || block_of(first) != block || !in_block)
+		{
+			if (in_block)
+				finish_block(lane, &found, block, events, oldest);
+			in_block = false;
+			if (island != NULL)
+			{
+				end = last + 1;
+				continue;
+			}
+			if (looked >= STEP_EVENTS)
+			{
+				stopped = true;
+				end = block_first(block_of(first));
+				break;
+			}
+			block = block_of(first);
+			events = 0;
+			oldest = DT_NOEND;
+			in_block = true;
+		}
+		events++;
+		looked++;
+		oldest = Min(oldest, received_at(ls.slot));
+		end = first + 1;
+	}
+	if (in_block && !stopped)
+		finish_block(lane, &found, block, events, oldest);
+	oe_lane_scan_end(&ls);
+
+	if (moved)
+		forget_blocks(lane, first_block_from(lane->range_end));
+	store_blocks(lane, &found);
+	set_backlog_end(lane, true, end);
+	return stopped;
+}
+
+/* What a reader finds beyond a lane's range: stream_backlog()'s row. */
+typedef struct Backlog
+{
+	int64		pending;
+	TimestampTz oldest;
+	bool		any;			/* an event waits: max_seq and oldest are set */
+	int64		max_seq;
+	bool		has_gap;
+	int64		gap_start;
+	bool		gap_seen;		/* a step saw the gap: gap_since is set */
+	TimestampTz gap_since;
+} Backlog;
+
+/* The first seq of from..to in no skipped run of the lane, into *start. */
+static bool
+first_unskipped(const OeLane *lane, int64 from, int64 to, int64 *start)
+{
+	ListCell   *lc;
+
+	foreach(lc, lane->runs)
+	{
+		OeSkipRun  *run = lfirst(lc);
+
+		if (run->end < from)
+			continue;
+		if (run->start > from)
+			break;
+		if (run->end >= to)
+			return false;
+		from = run->end + 1;
+	}
+	*start = from;
+	return true;
+}
+
+/*
+ * Make a lane's first hole the stream's first gap if it sorts first: by
+ * the time a step saw it (never seen last), then by seq, as stream_stats
+ * orders gaps().
+ */
+static void
+note_gap(Backlog *b, int64 start, bool seen, TimestampTz since)
+{
+	if (b->has_gap)
+	{
+		if (seen != b->gap_seen)
+		{
+			if (!seen)
+				return;
+		}
+		else if (seen && since != b->gap_since)
+		{
+			if (since > b->gap_since)
+				return;
+		}
+		else if (start >= b->gap_start)
+			return;
+	}
+	b->has_gap = true;
+	b->gap_start = start;
+	b->gap_seen = seen;
+	b->gap_since = since;
+}
+
+/*
+ * Add the lane's waiting events to *b (islands by their blocks), and its
+ * first hole as a candidate for the stream's first gap.
+ */
+static void
+measure_lane(OeLane *lane, Snapshot snapshot, Backlog *b)
+{
+	OeLaneScan	ls;
+	int64		pos = lane->range_end;
+	int64		first;
+	int64		last;
+	const OeIsland *island;
+	int64		start;
+	bool		hole = false;
+
+	oe_lane_scan_begin(&ls, lane, snapshot, lane->range_end, true);
+	while (oe_lane_scan_next(&ls, &first, &last, &island))
+	{
+		TimestampTz oldest = island != NULL ? island->oldest : received_at(ls.slot);
+
+		CHECK_FOR_INTERRUPTS();
+		if (!hole && first > pos && first_unskipped(lane, pos, first - 1, &start))
+		{
+			hole = true;
+			note_gap(b, start, start == lane->seen_gap, lane->seen_gap_at);
+		}
+		b->pending += last - first + 1;
+		b->oldest = b->any ? Min(b->oldest, oldest) : oldest;
+		b->max_seq = b->any ? Max(b->max_seq, last) : last;
+		b->any = true;
+		pos = last + 1;
+	}
+	oe_lane_scan_end(&ls);
+}
+
+/*
+ * stream_backlog(stream text) returns (pending_count bigint,
+ * oldest_pending_at timestamptz, max_pending_seq bigint, first_gap_start
+ * bigint, first_gap_since timestamptz)
+ *
+ * What waits beyond the ranges of a stream's lanes (late events in skipped
+ * runs aside, see stream_stats), from islands and the events in none: for
+ * whoever may read stream_stats, which shows it.  Per-key streams: the
+ * lanes that can wait, as gaps() finds them.
+ */
+PG_FUNCTION_INFO_V1(oe_stream_backlog);
+Datum
+oe_stream_backlog(PG_FUNCTION_ARGS)
+{
+	Oid			view = get_relname_relid("stream_stats",
+										 get_namespace_oid("ordered_events", false));
+	OeStream	stream;
+	OeInternalScope scope;
+	Snapshot	snapshot = GetActiveSnapshot();
+	Backlog		b = {0};
+	TupleDesc	desc;
+	Datum		values[5];
+	bool		nulls[5] = {0};
+	List	   *lanes = NIL;
+	ListCell   *lc;
+
+	if (pg_class_aclcheck(view, GetUserId(), ACL_SELECT) != ACLCHECK_OK)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied for view stream_stats"),
+				 errhint("stream_backlog() shows what stream_stats shows: ask for SELECT on it, or membership in pg_monitor.")));
+	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "stream_backlog() must return a row");
+
+	oe_internal_begin(&scope, oe_relations()->owner);
+	if (oe_lookup_stream(text_to_cstring(PG_GETARG_TEXT_PP(0)), &stream))
+	{
+		if (!stream.per_key)
+			lanes = list_make1(oe_lane_of(&stream, NULL));
+		else
+		{
+			Datum		id = Int32GetDatum(stream.stream_id);
+
+			oe_run_plan(&plans[PLAN_LANES], &id, NULL, SPI_OK_SELECT);
+			for (uint64 i = 0; i < SPI_processed; i++)
+			{
+				bool		isnull;
+
+				lanes = lappend(lanes, DatumGetTextPCopy(oe_result(i, 1, &isnull)));
+			}
+		}
+		foreach(lc, lanes)
+		{
+			OeLane		lane;
+
+			oe_load_lane(&lane, &stream, lfirst(lc), NULL);
+			measure_lane(&lane, snapshot, &b);
+		}
+	}
+	oe_internal_end(&scope);
+
+	values[0] = Int64GetDatum(b.pending);
+	values[1] = TimestampTzGetDatum(b.oldest);
+	nulls[1] = !b.any;
+	values[2] = Int64GetDatum(b.max_seq);
+	nulls[2] = !b.any;
+	values[3] = Int64GetDatum(b.gap_start);
+	nulls[3] = !b.has_gap;
+	values[4] = TimestampTzGetDatum(b.gap_since);
+	nulls[4] = !(b.has_gap && b.gap_seen);
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values, nulls)));
+}
