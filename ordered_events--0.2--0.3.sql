@@ -2128,6 +2128,121 @@ SELECT d.stream,
                      9223372036854775807)::bigint AS skipped_count
           FROM ordered_events.gap_skips g WHERE g.stream_id = d.stream_id) sk;
 
+-- The pending events of one key of a per-key stream (src/backlog.c).
+CREATE FUNCTION ordered_events.lane_backlog(
+    stream text, key text, OUT pending_count bigint, OUT earliest_pending_seq bigint,
+    OUT latest_pending_seq bigint)
+RETURNS record
+LANGUAGE c STABLE STRICT PARALLEL RESTRICTED
+AS 'MODULE_PATHNAME', 'oe_lane_backlog';
+COMMENT ON FUNCTION ordered_events.lane_backlog(text, text) IS
+    'Internal: the pending events of a key of a per-key stream (key_status)';
+/*
+ * key_status, from counters: its cost is the stream's keys and dead
+ * letters, a global stream's pending events, and a per-key stream's gaps,
+ * whatever it released or holds pending behind them.  Each part gives
+ * rows of (stream, key, counts), summed per key:
+ * - a global stream's released events are counted in key_counters once
+ *   compacted, and from the events until then (the worker compacts after
+ *   each release);
+ * - a per-key stream's keys are its lanes, with their counters in progress;
+ * - pending events (of every stream: key_status, like stream_stats, shows
+ *   every stream to whoever may read it), last events not released yet,
+ *   and dead letters (those a retention deleted are in key_counters).
+ */
+CREATE OR REPLACE VIEW ordered_events.key_status AS
+SELECT x.stream, x.key,
+       pg_catalog.max(x.last_released) AS last_released_seq,
+       pg_catalog.sum(x.buffered)::bigint AS buffered_count,
+       pg_catalog.min(x.buffered_seq) AS earliest_buffered_seq,
+       pg_catalog.max(x.buffered_seq) AS latest_buffered_seq,
+       pg_catalog.sum(x.released + x.buffered + x.rejected)::bigint AS received_count,
+       pg_catalog.sum(x.released)::bigint AS released_count,
+       pg_catalog.sum(x.duplicates)::bigint AS duplicate_count,
+       pg_catalog.bool_or(x.last_event) AS last_event_received
+  FROM (-- counted: a global stream's released events, deleted dead letters
+        SELECT d.stream, k.key, k.released_count AS released,
+               k.last_released_seq AS last_released, 0::bigint AS buffered,
+               NULL::bigint AS buffered_seq, k.rejected_count AS rejected,
+               k.duplicate_count AS duplicates, false AS last_event
+          FROM ordered_events.stream_def d
+          JOIN ordered_events.key_counters k ON k.stream_id = d.stream_id
+        UNION ALL
+        -- a global stream's released events not counted yet (a late event
+        -- in a skipped run is pending).  LATERAL ... OFFSET 0: an index
+        -- range of each stream's lane, never a scan of every event
+        SELECT d.stream, e.key, 1, e.seq, 0, NULL, 0, 0, false
+          FROM ordered_events.stream_def d
+          JOIN ordered_events.progress p ON p.stream_id = d.stream_id AND p.lane = ''
+         CROSS JOIN LATERAL (
+                SELECT e.key, e.seq FROM ordered_events.event_store e
+                 WHERE e.stream_id = d.stream_id AND e.lane = ''
+                   AND e.seq BETWEEN coalesce(p.counted_end, d.initial_sequence)
+                                 AND p.range_end - 1
+                   AND NOT EXISTS (SELECT FROM ordered_events.gap_skips g
+                                    WHERE g.stream_id = e.stream_id AND g.lane = e.lane
+                                      AND NOT g.settled
+                                      AND e.seq BETWEEN g.gap_start AND g.gap_end)
+                OFFSET 0) e
+        UNION ALL
+        -- a per-key stream's lanes
+        SELECT d.stream, p.lane, p.released_count, p.last_released_seq, 0, NULL, 0, 0,
+               p.last_event_seq IS NOT NULL
+          FROM ordered_events.stream_def d
+          JOIN ordered_events.progress p ON p.stream_id = d.stream_id
+         WHERE d.sequencing = 'per_key'
+        UNION ALL
+        -- a global stream's pending events, one by one (no summary has its
+        -- keys), and late events in skipped runs
+        SELECT d.stream, e.key, 0, NULL, 1, e.seq, 0, 0, false
+          FROM ordered_events.stream_def d
+          JOIN ordered_events.progress p ON p.stream_id = d.stream_id AND p.lane = ''
+         CROSS JOIN LATERAL (
+                SELECT e.key, e.seq FROM ordered_events.event_store e
+                 WHERE e.stream_id = d.stream_id AND e.lane = ''
+                   AND e.seq BETWEEN p.range_end AND 9223372036854775807
+                OFFSET 0) e
+         WHERE d.sequencing = 'global'
+        UNION ALL
+        SELECT d.stream, e.key, 0, NULL, 1, e.seq, 0, 0, false
+          FROM ordered_events.gap_skips g
+          JOIN ordered_events.stream_def d ON d.stream_id = g.stream_id
+          JOIN ordered_events.progress p ON p.stream_id = g.stream_id AND p.lane = g.lane
+          JOIN ordered_events.event_store e
+            ON e.stream_id = g.stream_id AND e.lane = g.lane
+           AND e.seq BETWEEN g.gap_start AND g.gap_end AND e.seq < p.range_end
+         WHERE NOT g.settled
+        UNION ALL
+        -- a per-key stream's lanes that can wait, from their backlogs'
+        -- summary (src/backlog.c): one row with the count and the earliest
+        -- seq, one with the latest
+        SELECT d.stream, l.lane, 0, NULL, v.buffered, v.seq, 0, 0, false
+          FROM ordered_events.stream_def d
+         CROSS JOIN LATERAL (
+                SELECT p.lane FROM ordered_events.progress p
+                 WHERE p.stream_id = d.stream_id AND p.gap_start IS NOT NULL
+                UNION
+                SELECT a.key FROM ordered_events.key_arrivals a
+                 WHERE a.stream_id = d.stream_id) l
+         CROSS JOIN LATERAL ordered_events.lane_backlog(d.stream, l.lane) b
+         CROSS JOIN LATERAL (VALUES (b.pending_count, b.earliest_pending_seq),
+                                    (0, b.latest_pending_seq)) v(buffered, seq)
+         WHERE d.sequencing = 'per_key' AND b.pending_count > 0
+        UNION ALL
+        -- last events of per-key streams not released yet (by their index)
+        SELECT d.stream, e.lane, 0, NULL, 0, NULL, 0, 0, true
+          FROM ordered_events.stream_def d
+         CROSS JOIN LATERAL (
+                SELECT e.lane FROM ordered_events.event_store e
+                 WHERE e.stream_id = d.stream_id AND e.last_event
+                OFFSET 0) e
+        UNION ALL
+        SELECT u.stream, u.key, 0, NULL, 0, NULL, 1, (u.reason = 'duplicate')::integer, false
+          FROM ordered_events.unprocessed u
+         WHERE u.consumer IS NULL) x
+ GROUP BY x.stream, x.key
+HAVING pg_catalog.sum(x.released + x.buffered + x.rejected) > 0;
+
 /* ------------------------------------------------------------------------
  * 10. Users' grants: the update to 0.3 repairs pg_init_privs of databases
  *    updated through 0.2.  This section stays last: a GRANT or REVOKE on

@@ -50,7 +50,7 @@ LANGUAGE sql AS $$
               FROM missing) r
      GROUP BY lane, sequencing, run
 $$;
--- stream_stats and gaps() agree with the events: every difference, none if right.
+-- stream_stats, gaps() and key_status agree with the events: every difference, none if right.
 CREATE FUNCTION pg_temp.check(s text)
 RETURNS TABLE (what text, summary text, events text)
 LANGUAGE sql AS $$
@@ -69,6 +69,18 @@ LANGUAGE sql AS $$
      EXCEPT ALL
      SELECT 'gaps', array_agg(row(t.key, t.gap_start, t.gap_end)::text ORDER BY t.key, t.gap_start)::text, NULL
        FROM pg_temp.truth_gaps(s) t)
+    UNION ALL
+    (SELECT 'key_status', array_agg(row(k.key, k.buffered_count, k.earliest_buffered_seq,
+                                        k.latest_buffered_seq)::text ORDER BY k.key)::text, NULL
+       FROM ordered_events.key_status k WHERE k.stream = s AND k.buffered_count > 0
+     EXCEPT ALL
+     SELECT 'key_status', array_agg(row(t.key, t.n, t.lo, t.hi)::text ORDER BY t.key)::text, NULL
+       FROM (SELECT e.key, count(*) AS n, min(e.seq) AS lo, max(e.seq) AS hi
+               FROM ordered_events.event_store e
+               JOIN ordered_events.stream_def d ON d.stream_id = e.stream_id AND d.stream = s
+               LEFT JOIN ordered_events.progress p ON p.stream_id = e.stream_id AND p.lane = e.lane
+              WHERE e.seq >= coalesce(p.range_end, d.initial_sequence)
+              GROUP BY e.key) t)
     UNION ALL
     SELECT 'first gap', st.first_gap_start::text,
            (SELECT min(t.gap_start) FROM pg_temp.truth_gaps(s) t)::text
@@ -181,5 +193,24 @@ SELECT key, gap_start, gap_end FROM ordered_events.gaps('bk_wide');
 SELECT pg_temp.fetched() - :before < 2048 AS gaps_cheap;
 COMMIT;
 
-SELECT ordered_events.drop_stream(s) FROM unnest(ARRAY['bk', 'bk_keys', 'bk_wide']) s;
+-- the same for a key of a per-key stream: k0 waits behind its seq 2 with
+-- 100,000 events
+SELECT ordered_events.create_stream('bk_wide_keys', sequencing => 'per_key');
+INSERT INTO ordered_events.inbox (stream, seq, key)
+SELECT 'bk_wide_keys', s, 'k0' FROM generate_series(1, 100001) s WHERE s <> 2
+UNION ALL
+SELECT 'bk_wide_keys', s, 'k1' FROM generate_series(1, 10) s;
+SELECT ordered_events.release('bk_wide_keys') + ordered_events.release('bk_wide_keys') AS released;
+SELECT * FROM pg_temp.check('bk_wide_keys');
+BEGIN;
+SELECT pg_temp.fetched() AS before \gset
+SELECT key, buffered_count, earliest_buffered_seq, latest_buffered_seq
+  FROM ordered_events.key_status WHERE stream = 'bk_wide_keys' AND key = 'k0';
+SELECT pg_temp.fetched() - :before < 2048 AS key_status_cheap;
+SELECT pg_temp.fetched() AS before \gset
+SELECT pending_count, first_gap_start FROM ordered_events.stream_stats WHERE stream = 'bk_wide_keys';
+SELECT pg_temp.fetched() - :before < 2048 AS stream_stats_cheap;
+COMMIT;
+
+SELECT ordered_events.drop_stream(s) FROM unnest(ARRAY['bk', 'bk_keys', 'bk_wide', 'bk_wide_keys']) s;
 SELECT count(*) AS blocks_left FROM ordered_events.backlog_blocks;

@@ -11,7 +11,7 @@ SELECT ordered_events.release('sessions');       -- bob:1 is released, alice wai
 SELECT ordered_events.ingest('sessions', 1, 'alice', '{"page": "/"}');
 SELECT ordered_events.ingest('sessions', 3, 'alice', '{"page": "/pay"}', last_event => true);
 SELECT ordered_events.release('sessions');       -- alice: 1, 2, 3; alice is complete
-SELECT * FROM ordered_events.key_status WHERE stream = 'sessions';
+SELECT * FROM ordered_events.key_status WHERE stream = 'sessions' ORDER BY key;
 
 -- "Gaps": stream orders with the example's events; seq 6 is missing
 SELECT ordered_events.create_stream('orders');

@@ -329,7 +329,8 @@ typedef struct Backlog
 {
 	int64		pending;
 	TimestampTz oldest;
-	bool		any;			/* an event waits: max_seq and oldest are set */
+	bool		any;			/* an event waits: the seqs and oldest are set */
+	int64		min_seq;
 	int64		max_seq;
 	bool		has_gap;
 	int64		gap_start;
@@ -416,11 +417,49 @@ measure_lane(OeLane *lane, Snapshot snapshot, Backlog *b)
 		}
 		b->pending += last - first + 1;
 		b->oldest = b->any ? Min(b->oldest, oldest) : oldest;
+		b->min_seq = b->any ? Min(b->min_seq, first) : first;
 		b->max_seq = b->any ? Max(b->max_seq, last) : last;
 		b->any = true;
 		pos = last + 1;
 	}
 	oe_lane_scan_end(&ls);
+}
+
+/* Only for whoever may read the view that shows what the caller returns. */
+static void
+check_may_read(const char *view, const char *function)
+{
+	Oid			relid = get_relname_relid(view, get_namespace_oid("ordered_events", false));
+
+	if (pg_class_aclcheck(relid, GetUserId(), ACL_SELECT) != ACLCHECK_OK)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied for view %s", view),
+				 errhint("%s() shows what %s shows: ask for SELECT on it, or membership in pg_monitor.",
+						 function, view)));
+}
+
+/* Measure the given lanes (their keys, text) of a stream. */
+static void
+measure_lanes(const OeStream *stream, List *lanes, Backlog *b)
+{
+	Snapshot	snapshot = GetActiveSnapshot();
+	ListCell   *lc;
+
+	foreach(lc, lanes)
+	{
+		OeLane		lane;
+
+		oe_load_lane(&lane, stream, lfirst(lc), NULL);
+		measure_lane(&lane, snapshot, b);
+	}
+}
+
+static Datum
+maybe(Datum value, bool present, bool *isnull)
+{
+	*isnull = !present;
+	return value;
 }
 
 /*
@@ -437,29 +476,22 @@ PG_FUNCTION_INFO_V1(oe_stream_backlog);
 Datum
 oe_stream_backlog(PG_FUNCTION_ARGS)
 {
-	Oid			view = get_relname_relid("stream_stats",
-										 get_namespace_oid("ordered_events", false));
 	OeStream	stream;
 	OeInternalScope scope;
-	Snapshot	snapshot = GetActiveSnapshot();
 	Backlog		b = {0};
 	TupleDesc	desc;
 	Datum		values[5];
-	bool		nulls[5] = {0};
-	List	   *lanes = NIL;
-	ListCell   *lc;
+	bool		nulls[5];
 
-	if (pg_class_aclcheck(view, GetUserId(), ACL_SELECT) != ACLCHECK_OK)
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("permission denied for view stream_stats"),
-				 errhint("stream_backlog() shows what stream_stats shows: ask for SELECT on it, or membership in pg_monitor.")));
+	check_may_read("stream_stats", "stream_backlog");
 	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "stream_backlog() must return a row");
 
 	oe_internal_begin(&scope, oe_relations()->owner);
 	if (oe_lookup_stream(text_to_cstring(PG_GETARG_TEXT_PP(0)), &stream))
 	{
+		List	   *lanes = NIL;
+
 		if (!stream.per_key)
 			lanes = list_make1(oe_lane_of(&stream, NULL));
 		else
@@ -474,24 +506,48 @@ oe_stream_backlog(PG_FUNCTION_ARGS)
 				lanes = lappend(lanes, DatumGetTextPCopy(oe_result(i, 1, &isnull)));
 			}
 		}
-		foreach(lc, lanes)
-		{
-			OeLane		lane;
-
-			oe_load_lane(&lane, &stream, lfirst(lc), NULL);
-			measure_lane(&lane, snapshot, &b);
-		}
+		measure_lanes(&stream, lanes, &b);
 	}
 	oe_internal_end(&scope);
 
-	values[0] = Int64GetDatum(b.pending);
-	values[1] = TimestampTzGetDatum(b.oldest);
-	nulls[1] = !b.any;
-	values[2] = Int64GetDatum(b.max_seq);
-	nulls[2] = !b.any;
-	values[3] = Int64GetDatum(b.gap_start);
-	nulls[3] = !b.has_gap;
-	values[4] = TimestampTzGetDatum(b.gap_since);
-	nulls[4] = !(b.has_gap && b.gap_seen);
+	values[0] = maybe(Int64GetDatum(b.pending), true, &nulls[0]);
+	values[1] = maybe(TimestampTzGetDatum(b.oldest), b.any, &nulls[1]);
+	values[2] = maybe(Int64GetDatum(b.max_seq), b.any, &nulls[2]);
+	values[3] = maybe(Int64GetDatum(b.gap_start), b.has_gap, &nulls[3]);
+	values[4] = maybe(TimestampTzGetDatum(b.gap_since), b.has_gap && b.gap_seen, &nulls[4]);
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values, nulls)));
+}
+
+/*
+ * lane_backlog(stream text, key text) returns (pending_count bigint,
+ * earliest_pending_seq bigint, latest_pending_seq bigint)
+ *
+ * The pending events of one key of a per-key stream (its lane), as
+ * stream_backlog() counts them: for whoever may read key_status, which
+ * shows them.  Nothing for a global stream or an unknown one.
+ */
+PG_FUNCTION_INFO_V1(oe_lane_backlog);
+Datum
+oe_lane_backlog(PG_FUNCTION_ARGS)
+{
+	OeStream	stream;
+	OeInternalScope scope;
+	Backlog		b = {0};
+	TupleDesc	desc;
+	Datum		values[3];
+	bool		nulls[3];
+
+	check_may_read("key_status", "lane_backlog");
+	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "lane_backlog() must return a row");
+
+	oe_internal_begin(&scope, oe_relations()->owner);
+	if (oe_lookup_stream(text_to_cstring(PG_GETARG_TEXT_PP(0)), &stream) && stream.per_key)
+		measure_lanes(&stream, list_make1(PG_GETARG_TEXT_P(1)), &b);
+	oe_internal_end(&scope);
+
+	values[0] = maybe(Int64GetDatum(b.pending), true, &nulls[0]);
+	values[1] = maybe(Int64GetDatum(b.min_seq), b.any, &nulls[1]);
+	values[2] = maybe(Int64GetDatum(b.max_seq), b.any, &nulls[2]);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values, nulls)));
 }
