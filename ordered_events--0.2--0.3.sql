@@ -1808,7 +1808,7 @@ COMMENT ON VIEW ordered_events.held IS
  * worker_status has one row per worker, the processing workers' too, and
  * gains kind and partition at the end.  A function's and a view's columns
  * cannot change in place: the 0.2 objects are renamed, made again, given
- * the privileges that users granted on the old ones (section 10 then keeps
+ * the privileges that users granted on the old ones (section 11 then keeps
  * only the extension's own in pg_init_privs), and dropped.  metrics reads
  * worker_report() (its release rows, now), so it is made again too.
  */
@@ -2244,9 +2244,54 @@ SELECT x.stream, x.key,
 HAVING pg_catalog.sum(x.released + x.buffered + x.rejected) > 0;
 
 /* ------------------------------------------------------------------------
- * 10. Users' grants: the update to 0.3 repairs pg_init_privs of databases
- *    updated through 0.2.  This section stays last: a GRANT or REVOKE on
- *    an existing object after it would record users' grants again.
+ * 10. Compaction by hand (issue 23; docs/operating.md, "Without the worker")
+ *
+ * compact() did one batch of at most 1000 events per stream per call, so a
+ * pg_cron job once a minute counted 2M released events in 33 hours.  It
+ * now does every batch that is due, in the caller's transaction, through
+ * compact_due() (src/compaction.c); the worker's compact_stream() is
+ * unchanged.
+ * ------------------------------------------------------------------------
+ */
+
+/*
+ * Every batch of counting and retention that is due for a stream, by hand,
+ * in the caller's transaction (src/compaction.c), in batches of "batch"
+ * events (NULL: 100,000; tests give fewer): the events deleted.  Refuses
+ * REPEATABLE READ and SERIALIZABLE (25000), as compact_stream().
+ */
+CREATE FUNCTION ordered_events.compact_due(stream_id integer, batch integer DEFAULT NULL)
+RETURNS bigint
+LANGUAGE c VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'oe_compact_due';
+COMMENT ON FUNCTION ordered_events.compact_due(integer, integer) IS
+    'Internal: every batch of counting and retention due for a stream, in one call';
+REVOKE EXECUTE ON FUNCTION ordered_events.compact_due(integer,integer) FROM PUBLIC;
+-- compact(): the worker's compaction by hand, every batch that is due
+-- (its grants stay: the same function, replaced).
+CREATE OR REPLACE FUNCTION ordered_events.compact(stream text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF stream IS NOT NULL THEN
+        RETURN ordered_events.compact_due(ordered_events.stream_id(stream));
+    END IF;
+    -- stream by stream, in the order of their ids
+    RETURN (SELECT coalesce(pg_catalog.sum(c.deleted), 0)::bigint
+              FROM (SELECT ordered_events.compact_due(d.stream_id) AS deleted
+                      FROM ordered_events.stream_def d ORDER BY d.stream_id) c);
+END;
+$$;
+COMMENT ON FUNCTION ordered_events.compact(text) IS
+    'Count released events per key and delete what the retentions allow, every batch that is due; returns the events deleted';
+
+/* ------------------------------------------------------------------------
+ * 11. Users' grants: the update to 0.3 repairs pg_init_privs of databases
+ *     updated through 0.2.  This section stays last: a GRANT or REVOKE on
+ *     an existing object after it would record users' grants again.
  * ------------------------------------------------------------------------
  */
 

@@ -1,11 +1,13 @@
 /*-------------------------------------------------------------------------
  *
  * compaction.c
- *	  compact_stream(): one batch of counting and retention for a stream,
- *	  which compact() runs by hand and the worker in its cycle.
+ *	  Counting and retention for a stream, in batches: the worker runs one
+ *	  batch a transaction (compact_stream()), compact() by hand every batch
+ *	  that is due, in one call (compact_due()).
  *
- * Each part handles at most 1000 events (or max_release_batch if lower),
- * so that the worker soon gets back to releasing:
+ * Each part of a worker's batch handles at most 1000 events (or
+ * max_release_batch if lower), so that the worker soon gets back to
+ * releasing; each part of a batch by hand at most HAND_BATCH (below):
  * 1. a global stream's released events from its lane's counted_end on are
  *	  counted per key in key_counters, up to the end of its released prefix
  *	  (ordered_events.released_end(): a skipped run that may still hold late
@@ -18,6 +20,21 @@
  *	  number the next one after it (delivery.c); counted in deleted_totals;
  * 3. with a dead_letter_retention, the stream's older rejections leave
  *	  unprocessed, counted per key in key_counters and in deleted_totals.
+ *
+ * By hand, every batch runs in the caller's transaction, one after the
+ * other, with no subtransaction: a function cannot commit, and a
+ * subtransaction would neither free the row versions an earlier batch
+ * left (nobody may prune them before the top transaction ends) nor
+ * release the stream's lock (a row lock, kept until the end).  What a
+ * batch bounds is its memory (its SPI context, freed after it) and the
+ * rows of each statement.  Batches by hand are large because each batch
+ * walks what the earlier ones of the same transaction left: the versions
+ * of the key_counters rows it counts into again, the index entries of the
+ * runs and dead letters they deleted.  Counting 2M events in one call took
+ * 3.3 s in batches of 100,000 and 27 s in batches of 10,000
+ * (bench/RESULTS.md, "Compaction by hand").  The stream's lock is held
+ * from the first batch to the caller's commit: a release() of that stream
+ * waits meanwhile, the worker passes it by.
  *
  * Concurrency: a step of the engine (step.c), so it holds the stream's
  * release lock, the lock the release steps hold, and reads what every
@@ -39,6 +56,7 @@
 #include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "funcapi.h"
+#include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
@@ -62,7 +80,15 @@ typedef struct Compaction
 	MaybeSeq	counted_end;
 	int64		deleted;
 	bool		more;
+	bool		changed;		/* it counted, deleted or shortened anything */
+	int64		hand_batch;		/* by hand: its batch (banner); 0 for the worker */
 } Compaction;
+
+/* The most events a part of the worker's batch handles (banner). */
+#define WORKER_BATCH 1000
+
+/* The most events a part of a batch by hand handles (banner). */
+#define HAND_BATCH 100000
 
 #define CUSTOM CURSOR_OPT_CUSTOM_PLAN
 
@@ -280,7 +306,8 @@ read_settings(Compaction *c)
 	c->rejected_since = DatumGetTimestampTz(oe_result(0, 2, &isnull));
 	c->retains = DatumGetBool(oe_result(0, 3, &isnull));
 	c->retains_rejected = DatumGetBool(oe_result(0, 4, &isnull));
-	c->batch = Min(c->stream->max_release_batch, 1000);
+	c->batch = c->hand_batch > 0 ? c->hand_batch
+		: Min(c->stream->max_release_batch, WORKER_BATCH);
 }
 
 /*
@@ -328,6 +355,7 @@ count_released(Compaction *c)
 	values[1] = Int64GetDatum(count_to.value);
 	oe_run_plan(&plans[PLAN_SET_COUNTED], values, NULL, SPI_OK_UPDATE);
 	c->more = true;
+	c->changed = true;
 	c->counted_end = count_to;
 }
 
@@ -426,7 +454,10 @@ delete_released(Compaction *c)
 	else
 		global_runs(c, read_from);
 	if (SPI_processed > 0)
+	{
 		delete_runs(c, SPI_tuptable, SPI_processed, newest);
+		c->changed = true;
+	}
 }
 
 /* Part 3: the stream's older rejections leave unprocessed. */
@@ -447,6 +478,7 @@ delete_dead_letters(Compaction *c)
 	{
 		values[1] = Int64GetDatum(rejected);
 		oe_run_plan(&plans[PLAN_ADD_DEAD_LETTERS], values, NULL, SPI_OK_INSERT);
+		c->changed = true;
 	}
 	c->more = c->more || rejected >= c->batch;
 }
@@ -523,6 +555,32 @@ oe_compact(const OeStream *stream, bool *more)
 }
 
 /*
+ * Every batch of compaction that is due for the stream, by hand, in the
+ * caller's transaction (see the banner), batches of "batch" events, all at
+ * one clock: the number of events deleted.  Stops when a batch says there
+ * is no more, or changed nothing (so that it cannot loop without
+ * progress).
+ */
+static int64
+compact_due(const OeStream *stream, int64 batch)
+{
+	TimestampTz clock = GetCurrentTimestamp();
+	int64		deleted = 0;
+	Compaction	c;
+
+	do
+	{
+		CHECK_FOR_INTERRUPTS();
+		memset(&c, 0, sizeof(c));
+		c.clock = clock;
+		c.hand_batch = batch;
+		(void) oe_run_step(stream, &compaction_step, &c);
+		deleted += c.deleted;
+	} while (c.more && c.changed);
+	return deleted;
+}
+
+/*
  * compact_stream(stream_id integer, OUT deleted bigint, OUT more boolean)
  *
  * oe_compact() of the stream of that id; (0, false) for a stream that does
@@ -546,4 +604,30 @@ oe_compact_stream(PG_FUNCTION_ARGS)
 	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "compact_stream() must return a record");
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values, nulls)));
+}
+
+/*
+ * compact_due(stream_id integer, batch integer DEFAULT NULL) RETURNS bigint
+ *
+ * compact_due() of the stream of that id, in batches of "batch" events
+ * (NULL: HAND_BATCH), what compact() runs: the events deleted; 0 for a
+ * stream that does not exist.  Tests give a smaller batch.
+ */
+PG_FUNCTION_INFO_V1(oe_compact_due);
+Datum
+oe_compact_due(PG_FUNCTION_ARGS)
+{
+	OeStream	stream;
+	int64		deleted = 0;
+	int64		batch = PG_ARGISNULL(1) ? HAND_BATCH : PG_GETARG_INT32(1);
+
+	if (batch < 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("a compaction batch must be at least 1 event"),
+				 errhint("Pass NULL for the batch of compact().")));
+	check_isolation();			/* for a stream that does not exist too */
+	if (!PG_ARGISNULL(0) && stream_of_id(PG_GETARG_INT32(0), &stream))
+		deleted = compact_due(&stream, batch);
+	PG_RETURN_INT64(deleted);
 }
