@@ -25,6 +25,7 @@ int			oe_naptime = 1000;
 bool		oe_enabled = true;
 int			oe_handler_timeout = 10000;
 int			oe_max_processing_workers = 4;
+int			oe_vacuum_after = 10000;
 
 /* The GUCs, all reloadable; the prefix ordered_events. is reserved. */
 static void
@@ -74,6 +75,16 @@ define_gucs(void)
 							"wait for one to finish. Each takes one of max_worker_processes.",
 							&oe_max_processing_workers,
 							4, 0, OE_MAX_PROCESS_WORKERS,
+							PGC_SIGHUP,
+							0,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("ordered_events.vacuum_after",
+							"Events a release worker's retention deletes before it vacuums the tables it deleted from.",
+							"The worker vacuums event_store and lane_release_log once it deleted this "
+							"many events since its last vacuum, plus a fifth of the rows event_store "
+							"holds. 0: never (autovacuum alone).",
+							&oe_vacuum_after,
+							10000, 0, INT_MAX,
 							PGC_SIGHUP,
 							0,
 							NULL, NULL, NULL);

@@ -462,6 +462,7 @@ extern int	oe_naptime;
 extern bool oe_enabled;
 extern int	oe_handler_timeout;
 extern int	oe_max_processing_workers;
+extern int	oe_vacuum_after;
 
 /* The caller's identity while an internal query runs (internal_query.c). */
 typedef struct OeInternalScope

@@ -28,7 +28,12 @@
  * delete (oe_compact(), compaction.c), a batch per transaction, and calls
  * the cycle hooks that other extensions registered
  * (ordered_events.cycle_hook: a router's combine step of its sharded
- * streams), each in its own transaction.  An error in one stream is
+ * streams), each in its own transaction.  Once its compactions deleted
+ * ordered_events.vacuum_after events since its last vacuum, plus a fifth
+ * of what event_store holds, it vacuums event_store and lane_release_log
+ * at the end of the cycle, as VACUUM does, in transactions of vacuum's own
+ * (vacuum_deleted()): the space of deleted events is reused at once,
+ * whatever autovacuum's timing.  An error in one stream is
  * caught, logged once, shown in worker_status while it lasts, and the
  * cycle goes on.  A database without the extension is checked quietly
  * every naptime.
@@ -74,11 +79,14 @@
 #include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/objectaccess.h"
+#include "catalog/pg_class.h"
 #include "catalog/pg_database.h"
 #include "catalog/pg_extension.h"
 #include "commands/dbcommands.h"
+#include "commands/vacuum.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
+#include "nodes/makefuncs.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
@@ -91,6 +99,7 @@
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
 #include "utils/varlena.h"
 
@@ -108,6 +117,15 @@
 
 /* A processing slot whose worker has not started after this long is freed. */
 #define OE_PROCESS_START_MS		10000
+
+/*
+ * The worker vacuums once it deleted ordered_events.vacuum_after events
+ * plus this fraction of the rows event_store holds (autovacuum's default
+ * autovacuum_vacuum_scale_factor): each vacuum reads the whole of every
+ * index of the table, so a table that holds many events is vacuumed less
+ * often, as autovacuum would.
+ */
+#define OE_VACUUM_SCALE_FACTOR	0.2
 
 PGDLLEXPORT void oe_launcher_main(Datum arg);
 PGDLLEXPORT void oe_database_worker_main(Datum arg);
@@ -543,6 +561,7 @@ run_unit(const char *what, const char *unit, void (*work) (void *arg), void *arg
 typedef struct CycleTotals
 {
 	int64		released;
+	int64		deleted;		/* events compaction deleted */
 } CycleTotals;
 
 static OePlan lock_stream_plan = {
@@ -638,6 +657,7 @@ compact_what(const void *unit)
 typedef struct CompactWork
 {
 	const char *name;
+	int64		deleted;
 	bool		more;
 } CompactWork;
 
@@ -648,23 +668,27 @@ compact_work(void *arg)
 	OeStream	stream;
 
 	if (oe_lookup_stream(w->name, &stream) && lock_stream_nowait(&stream))
-		(void) oe_compact(&stream, &w->more);
+		w->deleted = oe_compact(&stream, &w->more);
 }
 
 /*
  * One batch of compaction (counting and retention, see compaction.c) for
  * one stream (unit: its name), by run_unit(), like release_step(), also in
- * leaving a stream whose lock is held to the next cycle.  Returns true if
- * the stream may have more.
+ * leaving a stream whose lock is held to the next cycle.  What it deleted
+ * counts towards the next vacuum (vacuum_deleted()).  Returns true if the
+ * stream may have more.
  */
 static bool
 compact_step(void *unit, CycleTotals *totals, MemoryContext cycle_context)
 {
-	CompactWork w = {unit, false};
+	CompactWork w = {unit, 0, false};
 
 	oe_slot_set_current(unit, NULL);
-	return run_unit(compact_what(unit), psprintf("stream %s", (const char *) unit),
-					compact_work, &w, cycle_context, NULL) && w.more;
+	if (!run_unit(compact_what(unit), psprintf("stream %s", (const char *) unit),
+				  compact_work, &w, cycle_context, NULL))
+		return false;
+	totals->deleted += w.deleted;
+	return w.more;
 }
 
 static OePlan hook_call_plan = {
@@ -1081,9 +1105,132 @@ start_processing_workers(MemoryContext cycle_context)
 }
 
 /*
+ * Vacuum
+ */
+
+/* Events this worker's compactions deleted since its last vacuum. */
+static int64 deleted_since_vacuum = 0;
+
+/* The rows a table holds, as its last vacuum or analyze counted; 0 if none did. */
+static double
+table_rows(Oid relid)
+{
+	HeapTuple	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+	double		rows = 0;
+
+	if (HeapTupleIsValid(tuple))
+	{
+		rows = Max(((Form_pg_class) GETSTRUCT(tuple))->reltuples, 0);
+		ReleaseSysCache(tuple);
+	}
+	return rows;
+}
+
+/*
+ * VACUUM event_store and lane_release_log, the tables retention deletes
+ * from, once this worker's compactions deleted ordered_events.vacuum_after
+ * events since its last vacuum, plus OE_VACUUM_SCALE_FACTOR of the rows
+ * event_store holds; never with vacuum_after = 0.  Called between units of
+ * work, in no transaction: vacuum() commits the transaction that looked
+ * the tables up, vacuums each table in a transaction of its own (as a
+ * VACUUM command does: not FULL, SKIP_LOCKED, so that a table autovacuum
+ * or a VACUUM by hand is vacuuming right now is left to it, and with
+ * TRUNCATE false), and leaves a transaction open, which is committed
+ * here.  The worker's table statistics are sent first, so that its
+ * deletes are not counted as dead rows after the vacuum removed them.  Its waits check for
+ * interrupts, so that DROP DATABASE and a fast shutdown terminate it as
+ * any unit of work; its cost is throttled by vacuum_cost_delay, as a
+ * VACUUM command's (0 by default).  An error is recorded as a unit's
+ * (work_failed()), under "vacuum", and the next cycle tries again.
+ */
+static void
+vacuum_deleted(MemoryContext cycle_context)
+{
+	static const char *what = "vacuum the tables of ordered_events";
+	static MemoryContext vacuum_context = NULL;
+	MemoryContext saved_portal_context = PortalContext;
+	volatile bool vacuumed = false;
+
+	if (oe_vacuum_after <= 0)
+		deleted_since_vacuum = 0;	/* vacuum_after = 0 counts nothing */
+	if (oe_vacuum_after <= 0 || deleted_since_vacuum < oe_vacuum_after)
+		return;
+	pgstat_report_stat(true);
+	if (vacuum_context == NULL)
+		vacuum_context = AllocSetContextCreate(TopMemoryContext, "ordered_events vacuum",
+											   ALLOCSET_DEFAULT_SIZES);
+	/* a phase of its own for note_failing(): not a listing's failure */
+	running_phase = lengthof(phases);
+	PG_TRY();
+	{
+		bool		installed = begin_work();
+
+		if (installed &&
+			deleted_since_vacuum >= oe_vacuum_after +
+			OE_VACUUM_SCALE_FACTOR * table_rows(oe_relations()->event))
+		{
+			const OeRelations *rels = oe_relations();
+			VacuumParams params;
+			List	   *tables;
+
+			/*
+			 * vacuum() keeps what must outlive its transactions in a child
+			 * of PortalContext, which a background worker has not: ours,
+			 * reset after each vacuum, also after an error.
+			 */
+			MemoryContextSwitchTo(vacuum_context);
+			PortalContext = vacuum_context;
+			tables = list_make2(makeVacuumRelation(NULL, rels->event, NIL),
+								makeVacuumRelation(NULL, rels->lane_release_log, NIL));
+			memset(&params, 0, sizeof(params));
+			params.options = VACOPT_VACUUM | VACOPT_PROCESS_TOAST | VACOPT_SKIP_LOCKED;
+			params.freeze_min_age = -1;
+			params.freeze_table_age = -1;
+			params.multixact_freeze_min_age = -1;
+			params.multixact_freeze_table_age = -1;
+			params.is_wraparound = false;
+			params.log_min_duration = -1;
+			params.index_cleanup = VACOPTVALUE_UNSPECIFIED;
+			/*
+			 * No truncation: its ACCESS EXCLUSIVE lock would make writers
+			 * wait and cancel a standby's queries, this often; the next
+			 * events reuse the pages (autovacuum still truncates).
+			 */
+			params.truncate = VACOPTVALUE_DISABLED;
+			params.nworkers = -1;	/* no parallel workers, as autovacuum */
+
+			oe_slot_set_state("vacuuming");
+			oe_slot_set_current(NULL, NULL);
+			pgstat_report_activity(STATE_RUNNING,
+								   "VACUUM ordered_events.event_store, ordered_events.lane_release_log");
+			/* pops begin_work()'s snapshot and commits its transaction */
+			vacuum(tables, &params, NULL, true);
+			vacuumed = true;
+			CommitTransactionCommand();
+		}
+		else
+			end_work();
+		MemoryContextSwitchTo(cycle_context);
+		if (vacuumed || !installed)
+			deleted_since_vacuum = 0;
+		note_failing(what, false);
+	}
+	PG_CATCH();
+	{
+		PortalContext = saved_portal_context;
+		work_failed(what, "vacuum", cycle_context);
+	}
+	PG_END_TRY();
+	running_phase = -1;
+	PortalContext = saved_portal_context;
+	MemoryContextReset(vacuum_context);
+}
+
+/*
  * One cycle: every phase in turn, each even when a commit cut the one
- * before short, and the processing workers started after releasing.
- * Returns true if some unit may have more work right away.
+ * before short, and the processing workers started after releasing; then
+ * a vacuum if compaction deleted enough (vacuum_deleted()).  Returns true
+ * if some unit may have more work right away.
  */
 static bool
 run_cycle(MemoryContext cycle_context)
@@ -1115,6 +1262,8 @@ run_cycle(MemoryContext cycle_context)
 			waiting = start_processing_workers(cycle_context);
 		}
 	}
+	deleted_since_vacuum += totals.deleted;
+	vacuum_deleted(cycle_context);
 	oe_slot_count_cycle(started);
 	oe_slot_set_state(waiting > 0 ? "processing workers busy" : "idle");
 	return more;
