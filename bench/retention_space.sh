@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Figure 17: space under retention with autovacuum's default settings
+# Figure 18: space under retention with autovacuum's default settings
 # (issue 23).
 #
 # A global stream with retention => '0 s' and no consumer; the worker
@@ -126,7 +126,7 @@ SELECT ordered_events.create_stream('ret');
 SELECT ordered_events.alter_stream('ret', retention => '0 s');
 SQL
 
-    echo "17 ($label, vacuum_after = ${has_setting:+$(psql_sp -Atc "SHOW ordered_events.vacuum_after")}):" \
+    echo "18 ($label, vacuum_after = ${has_setting:+$(psql_sp -Atc "SHOW ordered_events.vacuum_after")}):" \
          "$CHECK2 events in rounds of $ROUND through retention => '0 s'"
     start=$(date +%s.%N)
     for n in $(seq "$ROUND" "$ROUND" "$CHECK2"); do
@@ -140,7 +140,7 @@ SQL
                                    JOIN ordered_events.deleted_totals t ON t.stream_id = d.stream_id
                                   WHERE d.stream = 'ret'")" = t ]; do
             if [ $SECONDS -ge $deadline ]; then
-                echo "17: round ending at $n not released and deleted after 600 s" >&2
+                echo "18: round ending at $n not released and deleted after 600 s" >&2
                 psql_sp -c "SELECT * FROM ordered_events.stream_stats" \
                         -c "SELECT * FROM ordered_events.worker_status" >&2
                 exit 1
@@ -155,8 +155,8 @@ SQL
         if [ "$n" -eq "$CHECK1" ]; then size1=$size; relations | sed 's/^/    /'; fi
         if [ "$n" -eq "$CHECK2" ]; then size2=$size; relations | sed 's/^/    /'; fi
     done
-    report "17 $label: size after $CHECK2 vs $CHECK1 events" "$(mb "$size2")" "$(mb "$size1")" MB "<=" 1.5
-    report "17 $label: largest size after a round vs at $CHECK1" "$(mb "$peak")" "$(mb "$size1")" MB "<=" 1.5
+    report "18 $label: size after $CHECK2 vs $CHECK1 events" "$(mb "$size2")" "$(mb "$size1")" MB "<=" 1.5
+    report "18 $label: largest size after a round vs at $CHECK1" "$(mb "$peak")" "$(mb "$size1")" MB "<=" 1.5
     psql_bench -c "ALTER SYSTEM RESET ordered_events.databases" -c "SELECT pg_reload_conf()" >/dev/null
     worker_leaves
     dropdb --force "$RDB"
