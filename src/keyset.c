@@ -15,7 +15,9 @@
  *   e.stream_id = read_stream_id(d.stream, 'global', d.stream_id)
  *   e.seq < lane_range_end(d.stream, '', coalesce(p.range_end, ...))
  * Called, they return their last argument ("known": the value the row
- * already has; the lookup is for a NULL one).  Their planner support
+ * already has; the lookup is for a NULL one).  A caller must pass as known
+ * what the lookup would return (the views pass the row's own stream_id and
+ * range_end): the planner may use either.  Their planner support
  * function (SupportRequestSimplify) replaces, in their arguments, a column
  * that a top-level condition of the query's WHERE equates with a constant
  * ("d.stream = 'a'": a user's condition, pushed down into the branch) by
