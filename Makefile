@@ -20,6 +20,7 @@ OBJS = \
 	src/handler.o \
 	src/ingest.o \
 	src/internal_query.o \
+	src/keyset.o \
 	src/keys.o \
 	src/lane.o \
 	src/ordered_events.o \

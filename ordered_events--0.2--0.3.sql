@@ -1808,7 +1808,7 @@ COMMENT ON VIEW ordered_events.held IS
  * worker_status has one row per worker, the processing workers' too, and
  * gains kind and partition at the end.  A function's and a view's columns
  * cannot change in place: the 0.2 objects are renamed, made again, given
- * the privileges that users granted on the old ones (section 11 then keeps
+ * the privileges that users granted on the old ones (section 12 then keeps
  * only the extension's own in pg_init_privs), and dropped.  metrics reads
  * worker_report() (its release rows, now), so it is made again too.
  */
@@ -2289,7 +2289,143 @@ COMMENT ON FUNCTION ordered_events.compact(text) IS
     'Count released events per key and delete what the retentions allow, every batch that is due; returns the events deleted';
 
 /* ------------------------------------------------------------------------
- * 11. Users' grants: the update to 0.3 repairs pg_init_privs of databases
+ * 11. Keyset reads (issue 23; docs/reference.md, "Reading"): released and
+ *     pending read by stream (and key) with a lower seq bound and a LIMIT
+ *     are index ranges.  Same columns: CREATE OR REPLACE keeps users' grants.
+ * ------------------------------------------------------------------------
+ */
+
+/*
+ * released and pending: one branch per kind of stream, each ordered as the
+ * contract says (global: stream, seq; per-key: stream, key, seq), so that a
+ * read of one stream by seq (and key) merges ordered branches rather than
+ * sorting the stream: "WHERE stream = 'a' AND seq > :last ORDER BY seq
+ * LIMIT 100" is an index range of event_store_pkey.  read_stream_id() and
+ * lane_range_end() return their last argument; their support function
+ * (src/keyset.c) makes them constants of the stream named in the query, so
+ * that the stream's id and the range bound are index conditions.
+ */
+CREATE FUNCTION ordered_events.keyset_support(internal)
+RETURNS internal
+LANGUAGE c STRICT
+AS 'MODULE_PATHNAME', 'oe_keyset_support';
+COMMENT ON FUNCTION ordered_events.keyset_support(internal) IS
+    'Internal: planner support of read_stream_id() and lane_range_end()';
+CREATE FUNCTION ordered_events.read_stream_id(stream text, sequencing text, known integer)
+RETURNS integer
+LANGUAGE c STABLE PARALLEL RESTRICTED
+SUPPORT ordered_events.keyset_support
+AS 'MODULE_PATHNAME', 'oe_read_stream_id';
+COMMENT ON FUNCTION ordered_events.read_stream_id(text, text, integer) IS
+    'Internal: known, or the id of a stream of that sequencing the role may read (the views'' keyset reads)';
+CREATE FUNCTION ordered_events.lane_range_end(stream text, lane text, known bigint)
+RETURNS bigint
+LANGUAGE c STABLE PARALLEL RESTRICTED
+SUPPORT ordered_events.keyset_support
+AS 'MODULE_PATHNAME', 'oe_lane_range_end';
+COMMENT ON FUNCTION ordered_events.lane_range_end(text, text, bigint) IS
+    'Internal: known, or the first seq of a lane not released, of a stream the role may read (the views'' keyset reads)';
+CREATE OR REPLACE VIEW ordered_events.released AS
+SELECT * FROM (
+    SELECT d.stream, e.seq, e.key, e.payload, e.event_ts, e.alignment_ts, e.received_at,
+           (SELECT l.released_at FROM ordered_events.lane_release_log l
+             WHERE l.stream_id = e.stream_id AND l.lane = e.lane AND l.seq_end > e.seq
+             ORDER BY l.seq_end LIMIT 1) AS released_at
+      FROM ordered_events.stream_def d
+      JOIN ordered_events.event_store e ON e.stream_id = d.stream_id AND e.lane = ''
+      LEFT JOIN ordered_events.progress p ON p.stream_id = e.stream_id AND p.lane = e.lane
+     WHERE d.sequencing = 'global' AND ordered_events.may_read_stream(d.stream)
+       AND e.stream_id = ordered_events.read_stream_id(d.stream, 'global', d.stream_id)
+       AND e.seq < ordered_events.lane_range_end(d.stream, '',
+                                                 coalesce(p.range_end, d.initial_sequence))
+       AND NOT EXISTS (
+           SELECT FROM ordered_events.gap_skips g
+            WHERE g.stream_id = e.stream_id AND g.lane = e.lane AND NOT g.settled
+              AND e.seq BETWEEN g.gap_start AND g.gap_end)
+     ORDER BY d.stream, e.seq) global_streams
+UNION ALL
+SELECT * FROM (
+    SELECT d.stream, e.seq, e.lane, e.payload, e.event_ts, e.alignment_ts, e.received_at,
+           (SELECT l.released_at FROM ordered_events.lane_release_log l
+             WHERE l.stream_id = e.stream_id AND l.lane = e.lane AND l.seq_end > e.seq
+             ORDER BY l.seq_end LIMIT 1)
+      FROM ordered_events.stream_def d
+      JOIN ordered_events.event_store e ON e.stream_id = d.stream_id
+      LEFT JOIN ordered_events.progress p ON p.stream_id = e.stream_id AND p.lane = e.lane
+     WHERE d.sequencing = 'per_key' AND ordered_events.may_read_stream(d.stream)
+       AND e.stream_id = ordered_events.read_stream_id(d.stream, 'per_key', d.stream_id)
+       AND e.seq < ordered_events.lane_range_end(d.stream, e.lane,
+                                                 coalesce(p.range_end, d.initial_sequence))
+       AND NOT EXISTS (
+           SELECT FROM ordered_events.gap_skips g
+            WHERE g.stream_id = e.stream_id AND g.lane = e.lane AND NOT g.settled
+              AND e.seq BETWEEN g.gap_start AND g.gap_end)
+     ORDER BY d.stream, e.lane, e.seq) per_key_streams;
+COMMENT ON VIEW ordered_events.released IS
+    'The ordered view: every released event, by stream and seq (per-key streams: stream, key, seq)';
+-- Pending: from each lane's range_end on (an index range per lane), and the
+-- events of a skipped run not settled yet, below it.
+CREATE OR REPLACE VIEW ordered_events.pending AS
+SELECT * FROM (
+    SELECT * FROM (
+        (SELECT d.stream, e.seq, e.key, e.payload, e.event_ts, e.alignment_ts, e.received_at
+           FROM ordered_events.stream_def d
+           JOIN ordered_events.progress p ON p.stream_id = d.stream_id AND p.lane = ''
+           JOIN ordered_events.event_store e ON e.stream_id = d.stream_id AND e.lane = ''
+          WHERE d.sequencing = 'global' AND ordered_events.may_read_stream(d.stream)
+            AND e.stream_id = ordered_events.read_stream_id(d.stream, 'global', d.stream_id)
+            AND e.seq >= ordered_events.lane_range_end(d.stream, '', p.range_end)
+          ORDER BY d.stream, e.seq)
+        UNION ALL
+        (SELECT d.stream, e.seq, e.key, e.payload, e.event_ts, e.alignment_ts, e.received_at
+           FROM ordered_events.gap_skips g
+           JOIN ordered_events.stream_def d ON d.stream_id = g.stream_id
+           JOIN ordered_events.progress p ON p.stream_id = g.stream_id AND p.lane = g.lane
+           JOIN ordered_events.event_store e
+             ON e.stream_id = g.stream_id AND e.lane = g.lane
+            AND e.seq BETWEEN g.gap_start AND g.gap_end AND e.seq < p.range_end
+          WHERE NOT g.settled AND d.sequencing = 'global'
+            AND ordered_events.may_read_stream(d.stream)
+          ORDER BY d.stream, e.seq)) w
+     ORDER BY w.stream, w.seq) global_streams
+UNION ALL
+SELECT * FROM (
+    SELECT * FROM (
+        (SELECT d.stream, e.seq, l.lane AS key, e.payload, e.event_ts, e.alignment_ts,
+                e.received_at
+           FROM ordered_events.stream_def d
+           -- the lanes that may hold pending events (see 0.2)
+           JOIN (SELECT p.stream_id, p.lane, p.range_end FROM ordered_events.progress p
+                  WHERE p.gap_start IS NOT NULL OR p.lane = ''
+                 UNION
+                 SELECT a.stream_id, a.key, coalesce(p.range_end, s.initial_sequence)
+                   FROM ordered_events.key_arrivals a
+                   JOIN ordered_events.stream_def s ON s.stream_id = a.stream_id
+                   LEFT JOIN ordered_events.progress p
+                     ON p.stream_id = a.stream_id AND p.lane = a.key) l
+             ON l.stream_id = d.stream_id
+           JOIN ordered_events.event_store e ON e.stream_id = d.stream_id AND e.lane = l.lane
+          WHERE d.sequencing = 'per_key' AND ordered_events.may_read_stream(d.stream)
+            AND e.stream_id = ordered_events.read_stream_id(d.stream, 'per_key', d.stream_id)
+            AND e.seq >= ordered_events.lane_range_end(d.stream, l.lane, l.range_end)
+          ORDER BY d.stream, l.lane, e.seq)
+        UNION ALL
+        (SELECT d.stream, e.seq, e.lane, e.payload, e.event_ts, e.alignment_ts, e.received_at
+           FROM ordered_events.gap_skips g
+           JOIN ordered_events.stream_def d ON d.stream_id = g.stream_id
+           JOIN ordered_events.progress p ON p.stream_id = g.stream_id AND p.lane = g.lane
+           JOIN ordered_events.event_store e
+             ON e.stream_id = g.stream_id AND e.lane = g.lane
+            AND e.seq BETWEEN g.gap_start AND g.gap_end AND e.seq < p.range_end
+          WHERE NOT g.settled AND d.sequencing = 'per_key'
+            AND ordered_events.may_read_stream(d.stream)
+          ORDER BY d.stream, e.lane, e.seq)) w
+     ORDER BY w.stream, w.key, w.seq) per_key_streams;
+COMMENT ON VIEW ordered_events.pending IS
+    'Accepted events that wait for a lower seq';
+
+/* ------------------------------------------------------------------------
+ * 12. Users' grants: the update to 0.3 repairs pg_init_privs of databases
  *     updated through 0.2.  This section stays last: a GRANT or REVOKE on
  *     an existing object after it would record users' grants again.
  * ------------------------------------------------------------------------

@@ -206,6 +206,16 @@ figure "11e pending, stream big LIMIT 3" "SELECT * FROM ordered_events.pending W
 # a lower bound near the end of each side (N - 1000) and a LIMIT, no upper bound
 figure "11f released, big, seq > N-1000 LIMIT 10" \
     "SELECT * FROM ordered_events.released WHERE stream = 'big' AND seq > @N@ - 1000 ORDER BY seq LIMIT 10"
+# keyset reads (issue 23): a lower bound far below the end, only a LIMIT; the
+# same rows on both sides
+figure "11k released, big, seq > 2 LIMIT 100 (keyset)" \
+    "SELECT seq FROM ordered_events.released WHERE stream = 'big' AND seq > 2 ORDER BY seq LIMIT 100"
+figure "11l released, keys, key k7, seq > 2 LIMIT 5" \
+    "SELECT * FROM ordered_events.released WHERE stream = 'keys' AND key = 'k7' AND seq > 2 ORDER BY seq LIMIT 5"
+figure "11m pending, big, ORDER BY seq LIMIT 10" \
+    "SELECT * FROM ordered_events.pending WHERE stream = 'big' ORDER BY seq LIMIT 10"
+figure "11n pending, keys, key k0, ORDER BY seq LIMIT 3" \
+    "SELECT * FROM ordered_events.pending WHERE stream = 'keys' AND key = 'k0' ORDER BY seq LIMIT 3"
 figure "11g consumers" "SELECT * FROM ordered_events.consumers"
 figure "11h skipped_gaps" "SELECT * FROM ordered_events.skipped_gaps"
 figure "11i metrics" "SELECT * FROM ordered_events.metrics"

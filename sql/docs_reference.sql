@@ -18,11 +18,11 @@ SELECT ordered_events.release();
 
 -- a global stream: seqs are contiguous in released, bar skipped ones
 SELECT seq, key, payload FROM ordered_events.released
- WHERE stream = 'orders' AND seq > :last_seen AND seq <= :last_seen + 1000
- ORDER BY seq;
+ WHERE stream = 'orders' AND seq > :last_seen
+ ORDER BY seq LIMIT 1000;
 -- a per-key stream: per key
 SELECT seq, payload FROM ordered_events.released
- WHERE stream = 'sessions' AND key = 'alice' AND seq > :last_seen AND seq <= :last_seen + 1000
- ORDER BY seq;
+ WHERE stream = 'sessions' AND key = 'alice' AND seq > :last_seen
+ ORDER BY seq LIMIT 1000;
 
 SELECT ordered_events.drop_stream(s) FROM unnest(ARRAY['orders', 'sessions']) s;

@@ -313,52 +313,132 @@ SELECT a.stream, a.stream_id, a.lane,
   LEFT JOIN ordered_events.progress p ON p.stream_id = a.stream_id AND p.lane = a.lane;
 COMMENT ON VIEW ordered_events.accepted_events IS
     'Internal: every accepted event and whether it is released';
+/*
+ * released and pending: one branch per kind of stream, each ordered as the
+ * contract says (global: stream, seq; per-key: stream, key, seq), so that a
+ * read of one stream by seq (and key) merges ordered branches rather than
+ * sorting the stream: "WHERE stream = 'a' AND seq > :last ORDER BY seq
+ * LIMIT 100" is an index range of event_store_pkey.  read_stream_id() and
+ * lane_range_end() return their last argument; their support function
+ * (src/keyset.c) makes them constants of the stream named in the query, so
+ * that the stream's id and the range bound are index conditions.
+ */
+CREATE FUNCTION ordered_events.keyset_support(internal)
+RETURNS internal
+LANGUAGE c STRICT
+AS 'MODULE_PATHNAME', 'oe_keyset_support';
+COMMENT ON FUNCTION ordered_events.keyset_support(internal) IS
+    'Internal: planner support of read_stream_id() and lane_range_end()';
+CREATE FUNCTION ordered_events.read_stream_id(stream text, sequencing text, known integer)
+RETURNS integer
+LANGUAGE c STABLE PARALLEL RESTRICTED
+SUPPORT ordered_events.keyset_support
+AS 'MODULE_PATHNAME', 'oe_read_stream_id';
+COMMENT ON FUNCTION ordered_events.read_stream_id(text, text, integer) IS
+    'Internal: known, or the id of a stream of that sequencing the role may read (the views'' keyset reads)';
+CREATE FUNCTION ordered_events.lane_range_end(stream text, lane text, known bigint)
+RETURNS bigint
+LANGUAGE c STABLE PARALLEL RESTRICTED
+SUPPORT ordered_events.keyset_support
+AS 'MODULE_PATHNAME', 'oe_lane_range_end';
+COMMENT ON FUNCTION ordered_events.lane_range_end(text, text, bigint) IS
+    'Internal: known, or the first seq of a lane not released, of a stream the role may read (the views'' keyset reads)';
 CREATE VIEW ordered_events.released AS
-SELECT a.stream, a.seq, a.key, a.payload, a.event_ts, a.alignment_ts, a.received_at,
-       (SELECT l.released_at FROM ordered_events.lane_release_log l
-         WHERE l.stream_id = a.stream_id AND l.lane = a.lane AND l.seq_end > a.seq
-         ORDER BY l.seq_end LIMIT 1) AS released_at
-  FROM ordered_events.accepted_events a
- WHERE a.is_released
- ORDER BY a.stream, a.lane, a.seq;
+SELECT * FROM (
+    SELECT d.stream, e.seq, e.key, e.payload, e.event_ts, e.alignment_ts, e.received_at,
+           (SELECT l.released_at FROM ordered_events.lane_release_log l
+             WHERE l.stream_id = e.stream_id AND l.lane = e.lane AND l.seq_end > e.seq
+             ORDER BY l.seq_end LIMIT 1) AS released_at
+      FROM ordered_events.stream_def d
+      JOIN ordered_events.event_store e ON e.stream_id = d.stream_id AND e.lane = ''
+      LEFT JOIN ordered_events.progress p ON p.stream_id = e.stream_id AND p.lane = e.lane
+     WHERE d.sequencing = 'global' AND ordered_events.may_read_stream(d.stream)
+       AND e.stream_id = ordered_events.read_stream_id(d.stream, 'global', d.stream_id)
+       AND e.seq < ordered_events.lane_range_end(d.stream, '',
+                                                 coalesce(p.range_end, d.initial_sequence))
+       AND NOT EXISTS (
+           SELECT FROM ordered_events.gap_skips g
+            WHERE g.stream_id = e.stream_id AND g.lane = e.lane AND NOT g.settled
+              AND e.seq BETWEEN g.gap_start AND g.gap_end)
+     ORDER BY d.stream, e.seq) global_streams
+UNION ALL
+SELECT * FROM (
+    SELECT d.stream, e.seq, e.lane, e.payload, e.event_ts, e.alignment_ts, e.received_at,
+           (SELECT l.released_at FROM ordered_events.lane_release_log l
+             WHERE l.stream_id = e.stream_id AND l.lane = e.lane AND l.seq_end > e.seq
+             ORDER BY l.seq_end LIMIT 1)
+      FROM ordered_events.stream_def d
+      JOIN ordered_events.event_store e ON e.stream_id = d.stream_id
+      LEFT JOIN ordered_events.progress p ON p.stream_id = e.stream_id AND p.lane = e.lane
+     WHERE d.sequencing = 'per_key' AND ordered_events.may_read_stream(d.stream)
+       AND e.stream_id = ordered_events.read_stream_id(d.stream, 'per_key', d.stream_id)
+       AND e.seq < ordered_events.lane_range_end(d.stream, e.lane,
+                                                 coalesce(p.range_end, d.initial_sequence))
+       AND NOT EXISTS (
+           SELECT FROM ordered_events.gap_skips g
+            WHERE g.stream_id = e.stream_id AND g.lane = e.lane AND NOT g.settled
+              AND e.seq BETWEEN g.gap_start AND g.gap_end)
+     ORDER BY d.stream, e.lane, e.seq) per_key_streams;
 COMMENT ON VIEW ordered_events.released IS
     'The ordered view: every released event, by stream and seq (per-key streams: stream, key, seq)';
+-- Pending: from each lane's range_end on (an index range per lane), and the
+-- events of a skipped run not settled yet, below it.
 CREATE VIEW ordered_events.pending AS
-SELECT w.stream, w.seq, w.key, w.payload, w.event_ts, w.alignment_ts, w.received_at
-  FROM (SELECT d.stream, e.lane, e.seq, e.key, e.payload, e.event_ts, e.alignment_ts,
-               e.received_at
-          FROM ordered_events.stream_def d
-         CROSS JOIN LATERAL (
-                SELECT p.lane, p.range_end FROM ordered_events.progress p
-                 WHERE p.stream_id = d.stream_id AND p.lane = ''
-                UNION
-                SELECT p.lane, p.range_end FROM ordered_events.progress p
-                 WHERE p.stream_id = d.stream_id AND p.gap_start IS NOT NULL
-                UNION
-                SELECT a.key, coalesce(p.range_end, d.initial_sequence)
-                  FROM ordered_events.key_arrivals a
-                  LEFT JOIN ordered_events.progress p
-                    ON p.stream_id = a.stream_id AND p.lane = a.key
-                 WHERE a.stream_id = d.stream_id) l
-         CROSS JOIN LATERAL (
-                -- OFFSET 0: planned on its own, an index range per lane (see 0.2)
-                SELECT e.lane, e.seq, e.key, e.payload, e.event_ts, e.alignment_ts, e.received_at
-                  FROM ordered_events.event_store e
-                 WHERE e.stream_id = d.stream_id AND e.lane = l.lane
-                   AND e.seq BETWEEN l.range_end AND 9223372036854775807
-                OFFSET 0) e
-         WHERE ordered_events.may_read_stream(d.stream)
+SELECT * FROM (
+    SELECT * FROM (
+        (SELECT d.stream, e.seq, e.key, e.payload, e.event_ts, e.alignment_ts, e.received_at
+           FROM ordered_events.stream_def d
+           JOIN ordered_events.progress p ON p.stream_id = d.stream_id AND p.lane = ''
+           JOIN ordered_events.event_store e ON e.stream_id = d.stream_id AND e.lane = ''
+          WHERE d.sequencing = 'global' AND ordered_events.may_read_stream(d.stream)
+            AND e.stream_id = ordered_events.read_stream_id(d.stream, 'global', d.stream_id)
+            AND e.seq >= ordered_events.lane_range_end(d.stream, '', p.range_end)
+          ORDER BY d.stream, e.seq)
         UNION ALL
-        SELECT d.stream, e.lane, e.seq, e.key, e.payload, e.event_ts, e.alignment_ts,
-               e.received_at
-          FROM ordered_events.gap_skips g
-          JOIN ordered_events.stream_def d ON d.stream_id = g.stream_id
-          JOIN ordered_events.progress p ON p.stream_id = g.stream_id AND p.lane = g.lane
-          JOIN ordered_events.event_store e
-            ON e.stream_id = g.stream_id AND e.lane = g.lane
-           AND e.seq BETWEEN g.gap_start AND g.gap_end AND e.seq < p.range_end
-         WHERE NOT g.settled AND ordered_events.may_read_stream(d.stream)) w
- ORDER BY w.stream, w.lane, w.seq;
+        (SELECT d.stream, e.seq, e.key, e.payload, e.event_ts, e.alignment_ts, e.received_at
+           FROM ordered_events.gap_skips g
+           JOIN ordered_events.stream_def d ON d.stream_id = g.stream_id
+           JOIN ordered_events.progress p ON p.stream_id = g.stream_id AND p.lane = g.lane
+           JOIN ordered_events.event_store e
+             ON e.stream_id = g.stream_id AND e.lane = g.lane
+            AND e.seq BETWEEN g.gap_start AND g.gap_end AND e.seq < p.range_end
+          WHERE NOT g.settled AND d.sequencing = 'global'
+            AND ordered_events.may_read_stream(d.stream)
+          ORDER BY d.stream, e.seq)) w
+     ORDER BY w.stream, w.seq) global_streams
+UNION ALL
+SELECT * FROM (
+    SELECT * FROM (
+        (SELECT d.stream, e.seq, l.lane AS key, e.payload, e.event_ts, e.alignment_ts,
+                e.received_at
+           FROM ordered_events.stream_def d
+           -- the lanes that may hold pending events (see 0.2)
+           JOIN (SELECT p.stream_id, p.lane, p.range_end FROM ordered_events.progress p
+                  WHERE p.gap_start IS NOT NULL OR p.lane = ''
+                 UNION
+                 SELECT a.stream_id, a.key, coalesce(p.range_end, s.initial_sequence)
+                   FROM ordered_events.key_arrivals a
+                   JOIN ordered_events.stream_def s ON s.stream_id = a.stream_id
+                   LEFT JOIN ordered_events.progress p
+                     ON p.stream_id = a.stream_id AND p.lane = a.key) l
+             ON l.stream_id = d.stream_id
+           JOIN ordered_events.event_store e ON e.stream_id = d.stream_id AND e.lane = l.lane
+          WHERE d.sequencing = 'per_key' AND ordered_events.may_read_stream(d.stream)
+            AND e.stream_id = ordered_events.read_stream_id(d.stream, 'per_key', d.stream_id)
+            AND e.seq >= ordered_events.lane_range_end(d.stream, l.lane, l.range_end)
+          ORDER BY d.stream, l.lane, e.seq)
+        UNION ALL
+        (SELECT d.stream, e.seq, e.lane, e.payload, e.event_ts, e.alignment_ts, e.received_at
+           FROM ordered_events.gap_skips g
+           JOIN ordered_events.stream_def d ON d.stream_id = g.stream_id
+           JOIN ordered_events.progress p ON p.stream_id = g.stream_id AND p.lane = g.lane
+           JOIN ordered_events.event_store e
+             ON e.stream_id = g.stream_id AND e.lane = g.lane
+            AND e.seq BETWEEN g.gap_start AND g.gap_end AND e.seq < p.range_end
+          WHERE NOT g.settled AND d.sequencing = 'per_key'
+            AND ordered_events.may_read_stream(d.stream)
+          ORDER BY d.stream, e.lane, e.seq)) w
+     ORDER BY w.stream, w.key, w.seq) per_key_streams;
 COMMENT ON VIEW ordered_events.pending IS
     'Accepted events that wait for a lower seq';
 CREATE VIEW ordered_events.ranges AS
