@@ -83,7 +83,9 @@ SELECT functions_are('ordered_events', ARRAY[
     'revoke_stream_as', 'subscribe_as', 'unsubscribe_as', 'check_not_in_step',
     'lock_subscriptions', 'retention_cutoff', 'gap_expired', 'released_end',
     'check_failure_policy', 'forget_parked', 'handler_consumer_to_change', 'redrive_as',
-    'skip_held_as', 'wake_worker', 'stream_backlog', 'lane_backlog', 'compact_due'],
+    'skip_held_as', 'wake_worker',
+    'stream_backlog', 'lane_backlog', 'compact_due', 'keyset_support', 'read_stream_id',
+    'lane_range_end'],
     'schema ordered_events has exactly the functions of 0.3');
 SELECT tables_are('ordered_events', ARRAY[
     'unprocessed',
