@@ -33,8 +33,10 @@
 # without the summary (no progress.backlog_end) one release() a chunk.
 # Then the per-key counts of wide and calm (compaction, as the worker does
 # after releasing), VACUUM ANALYZE and a checkpoint.  The load times are
-# printed.  The worker does not serve these databases (bench/run sets
-# ordered_events.databases = bench): nothing moves while they are measured.
+# printed, the inserts apart from the release steps (BACKLOG_LOAD_ONLY=1:
+# only those and the shape check, no figures).  The worker does not serve
+# these databases (bench/run sets ordered_events.databases = bench):
+# nothing moves while they are measured.
 #
 # Timing as bench/monitoring.sh: psql's \timing (from sending to the last
 # row received, planning included) with the output to /dev/null, in one
@@ -62,6 +64,7 @@ tmp=$(mktemp -d)
 
 psql_db() { local db=$1; shift; psql -X -q -v ON_ERROR_STOP=1 -d "$db" "$@"; }
 seconds_since() { awk -v s="$1" -v e="$(date +%s.%N)" 'BEGIN {printf "%.1f", e - s}'; }
+add() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.1f", a + b}'; }
 
 # catch_up DB STREAM LANE LAST: release steps until the lane's summary
 # looked at every seq up to LAST (one step without a summary)
@@ -120,9 +123,10 @@ SELECT 'wide_keys', s, 'k' || k, jsonb_build_object('n', s),
  WHERE k > 0 OR s = 1;
 SELECT ordered_events.release('wide_keys');
 SQL
-    t=$(date +%s.%N)
+    ins=0; rel=0
     for ((from = 1; from <= n + 5; from += CHUNK)); do
         to=$((from + CHUNK - 1)); [ "$to" -le $((n + 5)) ] || to=$((n + 5))
+        t=$(date +%s.%N)
         psql_db "$db" >/dev/null <<SQL
 INSERT INTO ordered_events.inbox (stream, seq, key, payload, event_ts, alignment_ts)
 SELECT 'wide', g, 'k' || (g % $KEYS), jsonb_build_object('n', g),
@@ -131,12 +135,15 @@ SELECT 'wide', g, 'k' || (g % $KEYS), jsonb_build_object('n', g),
   FROM generate_series($from, $to) g
  WHERE g <> 5;
 SQL
+        ins=$(add "$ins" "$(seconds_since "$t")"); t=$(date +%s.%N)
         catch_up "$db" wide '' "$to"
+        rel=$(add "$rel" "$(seconds_since "$t")")
     done
-    echo "  $db: wide, $n pending, inserted and released in $(seconds_since "$t") s (summary: $SUMMARY)"
-    t=$(date +%s.%N)
+    echo "  $db: wide, $n pending: inserted in $ins s, release steps $rel s (summary: $SUMMARY)"
+    ins=0; rel=0
     for ((from = 3; from <= p + 2; from += CHUNK)); do
         to=$((from + CHUNK - 1)); [ "$to" -le $((p + 2)) ] || to=$((p + 2))
+        t=$(date +%s.%N)
         psql_db "$db" >/dev/null <<SQL
 INSERT INTO ordered_events.inbox (stream, seq, key, payload, event_ts, alignment_ts)
 SELECT 'wide_keys', g, 'k0', jsonb_build_object('n', g),
@@ -144,9 +151,11 @@ SELECT 'wide_keys', g, 'k0', jsonb_build_object('n', g),
        '2026-01-02'::timestamptz + g * interval '1 ms'
   FROM generate_series($from, $to) g;
 SQL
+        ins=$(add "$ins" "$(seconds_since "$t")"); t=$(date +%s.%N)
         catch_up "$db" wide_keys k0 "$to"
+        rel=$(add "$rel" "$(seconds_since "$t")")
     done
-    echo "  $db: wide_keys, $p pending for k0, inserted and released in $(seconds_since "$t") s"
+    echo "  $db: wide_keys, $p pending for k0: inserted in $ins s, release steps $rel s"
     t=$(date +%s.%N)
     psql_db "$db" >/dev/null <<SQL
 -- what the worker does after releasing: count the released events per key
@@ -241,6 +250,8 @@ load "$BIG_DB" "$N" "$P"
 load "$BASE_DB" "$BASE" "$BASE_P"
 check_shape "$BIG_DB" "$N" "$P"
 check_shape "$BASE_DB" "$BASE" "$BASE_P"
+# BACKLOG_LOAD_ONLY=1: the load times and the shape, no figures
+if [ "${BACKLOG_LOAD_ONLY:-0}" = 1 ]; then dropdb "$BIG_DB"; dropdb "$BASE_DB"; rm -rf "$tmp"; exit 0; fi
 
 echo "17. each query with $N pending vs $BASE pending (wide_keys' k0: $P vs $BASE_P)"
 figure "17a stream_stats, stream wide" "SELECT * FROM ordered_events.stream_stats WHERE stream = 'wide'"
