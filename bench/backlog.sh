@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Figures 18: what monitoring costs while a stream holds a backlog of
+# Figures 19: what monitoring costs while a stream holds a backlog of
 # pending events behind one missing seq (issue 23, DESIGN.md 8.4).  Each
 # query with N events pending against the same query with 10,000 pending,
 # both measured in this run: ratio <= 2, and <= 10 ms at N.  N: quick
@@ -193,7 +193,7 @@ SQL
 )
     want="calm:1000/0/0,wide:4/$2/0,wide_keys:9991/$3/0 calm:0,wide:$2,wide_keys:$3 wide:1,wide_keys:1 1 mon/wide:4"
     if [ "$got" != "$want" ]; then
-        echo "18: $1 is not the shape measured: got '$got', want '$want'" >&2
+        echo "19: $1 is not the shape measured: got '$got', want '$want'" >&2
         exit 1
     fi
     echo "  $1: shape as intended ($got)"
@@ -245,7 +245,7 @@ figure() {
         "$name" "$m_ours" "$m_base" "$ratio" "$verdict"
 }
 
-echo "18. loading the shapes: $N pending in wide and $P for wide_keys' k0, against $BASE and $BASE_P"
+echo "19. loading the shapes: $N pending in wide and $P for wide_keys' k0, against $BASE and $BASE_P"
 load "$BIG_DB" "$N" "$P"
 load "$BASE_DB" "$BASE" "$BASE_P"
 check_shape "$BIG_DB" "$N" "$P"
@@ -253,20 +253,20 @@ check_shape "$BASE_DB" "$BASE" "$BASE_P"
 # BACKLOG_LOAD_ONLY=1: the load times and the shape, no figures
 if [ "${BACKLOG_LOAD_ONLY:-0}" = 1 ]; then dropdb "$BIG_DB"; dropdb "$BASE_DB"; rm -rf "$tmp"; exit 0; fi
 
-echo "18. each query with $N pending vs $BASE pending (wide_keys' k0: $P vs $BASE_P)"
-figure "18a stream_stats, stream wide" "SELECT * FROM ordered_events.stream_stats WHERE stream = 'wide'"
-figure "18b stream_stats, whole view (3 streams)" "SELECT * FROM ordered_events.stream_stats"
-figure "18c gaps('wide')" "SELECT * FROM ordered_events.gaps('wide')"
-figure "18d key_status, stream wide LIMIT 100" "SELECT * FROM ordered_events.key_status WHERE stream = 'wide' LIMIT 100"
-figure "18e key_status, wide, key k77" "SELECT * FROM ordered_events.key_status WHERE stream = 'wide' AND key = 'k77'"
-figure "18f pending, wide ORDER BY seq LIMIT 10" "SELECT * FROM ordered_events.pending WHERE stream = 'wide' ORDER BY seq LIMIT 10"
-figure "18g released, wide, seq > 2 LIMIT 100" \
+echo "19. each query with $N pending vs $BASE pending (wide_keys' k0: $P vs $BASE_P)"
+figure "19a stream_stats, stream wide" "SELECT * FROM ordered_events.stream_stats WHERE stream = 'wide'"
+figure "19b stream_stats, whole view (3 streams)" "SELECT * FROM ordered_events.stream_stats"
+figure "19c gaps('wide')" "SELECT * FROM ordered_events.gaps('wide')"
+figure "19d key_status, stream wide LIMIT 100" "SELECT * FROM ordered_events.key_status WHERE stream = 'wide' LIMIT 100"
+figure "19e key_status, wide, key k77" "SELECT * FROM ordered_events.key_status WHERE stream = 'wide' AND key = 'k77'"
+figure "19f pending, wide ORDER BY seq LIMIT 10" "SELECT * FROM ordered_events.pending WHERE stream = 'wide' ORDER BY seq LIMIT 10"
+figure "19g released, wide, seq > 2 LIMIT 100" \
     "SELECT seq FROM ordered_events.released WHERE stream = 'wide' AND seq > 2 ORDER BY seq LIMIT 100"
-figure "18h stream_stats, stream wide_keys" "SELECT * FROM ordered_events.stream_stats WHERE stream = 'wide_keys'"
-figure "18i gaps('wide_keys')" "SELECT * FROM ordered_events.gaps('wide_keys')"
-figure "18j key_status, wide_keys, key k0 (blocked)" "SELECT * FROM ordered_events.key_status WHERE stream = 'wide_keys' AND key = 'k0'"
-figure "18k metrics" "SELECT * FROM ordered_events.metrics"
-figure "18l consumers (one, on wide)" "SELECT * FROM ordered_events.consumers"
+figure "19h stream_stats, stream wide_keys" "SELECT * FROM ordered_events.stream_stats WHERE stream = 'wide_keys'"
+figure "19i gaps('wide_keys')" "SELECT * FROM ordered_events.gaps('wide_keys')"
+figure "19j key_status, wide_keys, key k0 (blocked)" "SELECT * FROM ordered_events.key_status WHERE stream = 'wide_keys' AND key = 'k0'"
+figure "19k metrics" "SELECT * FROM ordered_events.metrics"
+figure "19l consumers (one, on wide)" "SELECT * FROM ordered_events.consumers"
 
 dropdb "$BIG_DB"
 dropdb "$BASE_DB"
