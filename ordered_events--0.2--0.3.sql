@@ -2013,9 +2013,25 @@ CREATE TABLE ordered_events.backlog_blocks (
     oldest_received_at timestamptz NOT NULL,
     PRIMARY KEY (stream_id, lane, block)
 );
+-- the oldest event a lane's blocks hold, without reading them all
+CREATE INDEX backlog_blocks_oldest_idx
+    ON ordered_events.backlog_blocks (stream_id, lane, oldest_received_at);
 COMMENT ON TABLE ordered_events.backlog_blocks IS
     'Internal: blocks of 1024 pending seqs that have all arrived, per lane';
 SELECT pg_catalog.pg_extension_config_dump('ordered_events.backlog_blocks', '');
+-- The runs of consecutive stored blocks (islands), so that a reader reads
+-- one row per run, not one per block.
+CREATE TABLE ordered_events.backlog_islands (
+    stream_id integer NOT NULL
+        REFERENCES ordered_events.stream_def ON DELETE CASCADE,
+    lane text COLLATE "C" NOT NULL,
+    first_block bigint NOT NULL,
+    last_block bigint NOT NULL,
+    PRIMARY KEY (stream_id, lane, first_block)
+);
+COMMENT ON TABLE ordered_events.backlog_islands IS
+    'Internal: runs of consecutive backlog_blocks, per lane';
+SELECT pg_catalog.pg_extension_config_dump('ordered_events.backlog_islands', '');
 
 CREATE OR REPLACE FUNCTION ordered_events.streams_with_work()
 RETURNS TABLE (stream text)

@@ -82,6 +82,24 @@ LANGUAGE sql AS $$
               WHERE e.seq >= coalesce(p.range_end, d.initial_sequence)
               GROUP BY e.key) t)
     UNION ALL
+    -- the islands are the runs of the stored blocks, and those lie beyond the range
+    (SELECT 'islands', x.lane || ' ' || x.first_block || '-' || x.last_block, NULL
+       FROM (SELECT i.lane, i.first_block, i.last_block
+               FROM ordered_events.backlog_islands i
+               JOIN ordered_events.stream_def d ON d.stream_id = i.stream_id AND d.stream = s
+             EXCEPT
+             SELECT b.lane, min(b.block), max(b.block)
+               FROM (SELECT k.lane, k.block, k.block - row_number() OVER (PARTITION BY k.lane ORDER BY k.block) AS run
+                       FROM ordered_events.backlog_blocks k
+                       JOIN ordered_events.stream_def d ON d.stream_id = k.stream_id AND d.stream = s) b
+              GROUP BY b.lane, b.run) x)
+    UNION ALL
+    SELECT 'block below range', k.lane || ' ' || k.block, NULL
+      FROM ordered_events.backlog_blocks k
+      JOIN ordered_events.stream_def d ON d.stream_id = k.stream_id AND d.stream = s
+      JOIN ordered_events.progress p ON p.stream_id = k.stream_id AND p.lane = k.lane
+     WHERE k.block * 1024 < p.range_end
+    UNION ALL
     SELECT 'first gap', st.first_gap_start::text,
            (SELECT min(t.gap_start) FROM pg_temp.truth_gaps(s) t)::text
       FROM ordered_events.stream_stats st
@@ -213,4 +231,5 @@ SELECT pg_temp.fetched() - :before < 2048 AS stream_stats_cheap;
 COMMIT;
 
 SELECT ordered_events.drop_stream(s) FROM unnest(ARRAY['bk', 'bk_keys', 'bk_wide', 'bk_wide_keys']) s;
-SELECT count(*) AS blocks_left FROM ordered_events.backlog_blocks;
+SELECT (SELECT count(*) FROM ordered_events.backlog_blocks) AS blocks_left,
+       (SELECT count(*) FROM ordered_events.backlog_islands) AS islands_left;

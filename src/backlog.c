@@ -50,20 +50,26 @@
 enum
 {
 	PLAN_ISLANDS,
+	PLAN_OLDEST,
 	PLAN_STORE,
+	PLAN_MERGE,
 	PLAN_FORGET,
 	PLAN_SET_END,
 	PLAN_LANES
 };
 
 static OePlan plans[] = {
-	/* runs of consecutive stored blocks from block $3 on (gaps and islands) */
 	[PLAN_ISLANDS] = {
-		"SELECT min(b.block), max(b.block), min(b.oldest_received_at) FROM ("
-		"  SELECT block, oldest_received_at, block - row_number() OVER (ORDER BY block) AS island "
-		"  FROM ordered_events.backlog_blocks "
-		"  WHERE stream_id = $1 AND lane = $2 AND block >= $3) b "
-		"GROUP BY b.island ORDER BY 1",
+		"SELECT greatest(first_block, $3), last_block "
+		"FROM ordered_events.backlog_islands "
+		"WHERE stream_id = $1 AND lane = $2 AND last_block >= $3 ORDER BY first_block",
+		3, {INT4OID, TEXTOID, INT8OID}
+	},
+	/* by backlog_blocks_oldest_idx: a step leaves no block below the range */
+	[PLAN_OLDEST] = {
+		"SELECT oldest_received_at FROM ordered_events.backlog_blocks "
+		"WHERE stream_id = $1 AND lane = $2 AND block >= $3 "
+		"ORDER BY oldest_received_at LIMIT 1",
 		3, {INT4OID, TEXTOID, INT8OID}
 	},
 	[PLAN_STORE] = {
@@ -74,9 +80,28 @@ static OePlan plans[] = {
 		"ON CONFLICT DO NOTHING",
 		4, {INT4OID, TEXTOID, INT8ARRAYOID, TIMESTAMPTZARRAYOID}
 	},
+	/* the new run of blocks $3..$4 joins the islands it touches */
+	[PLAN_MERGE] = {
+		"WITH l AS ("
+		"  DELETE FROM ordered_events.backlog_islands "
+		"  WHERE stream_id = $1 AND lane = $2 AND last_block = $3 - 1 RETURNING first_block), "
+		"r AS ("
+		"  DELETE FROM ordered_events.backlog_islands "
+		"  WHERE stream_id = $1 AND lane = $2 AND first_block = $4 + 1 RETURNING last_block) "
+		"INSERT INTO ordered_events.backlog_islands (stream_id, lane, first_block, last_block) "
+		"SELECT $1, $2, coalesce((SELECT first_block FROM l), $3), "
+		"  coalesce((SELECT last_block FROM r), $4)",
+		4, {INT4OID, TEXTOID, INT8OID, INT8OID}
+	},
 	[PLAN_FORGET] = {
-		"DELETE FROM ordered_events.backlog_blocks "
-		"WHERE stream_id = $1 AND lane = $2 AND block < $3",
+		"WITH b AS ("
+		"  DELETE FROM ordered_events.backlog_blocks "
+		"  WHERE stream_id = $1 AND lane = $2 AND block < $3), "
+		"i AS ("
+		"  DELETE FROM ordered_events.backlog_islands "
+		"  WHERE stream_id = $1 AND lane = $2 AND last_block < $3) "
+		"UPDATE ordered_events.backlog_islands SET first_block = $3 "
+		"WHERE stream_id = $1 AND lane = $2 AND first_block < $3 AND last_block >= $3",
 		3, {INT4OID, TEXTOID, INT8OID}
 	},
 	[PLAN_SET_END] = {
@@ -138,7 +163,6 @@ oe_backlog_load(OeLane *lane)
 
 		island->first = block_first(DatumGetInt64(oe_result(i, 1, &isnull)));
 		island->last = block_first(DatumGetInt64(oe_result(i, 2, &isnull))) + (BLOCK_SIZE - 1);
-		island->oldest = DatumGetTimestampTz(oe_result(i, 3, &isnull));
 		lane->islands = lappend(lane->islands, island);
 	}
 }
@@ -152,7 +176,7 @@ forget_blocks(const OeLane *lane, int64 block)
 	values[0] = Int32GetDatum(lane->stream->stream_id);
 	values[1] = PointerGetDatum(lane->lane);
 	values[2] = Int64GetDatum(block);
-	oe_run_plan(&plans[PLAN_FORGET], values, NULL, SPI_OK_DELETE);
+	oe_run_plan(&plans[PLAN_FORGET], values, NULL, SPI_OK_UPDATE);
 }
 
 /* Store the lane's backlog_end (NULL without has_end) if it changed. */
@@ -210,7 +234,14 @@ typedef struct NewBlocks
 	ArrayBuildState *blocks;
 	ArrayBuildState *oldest;
 	int64		count;
+	List	   *runs;			/* BlockRuns of consecutive new blocks, in order */
 } NewBlocks;
+
+typedef struct BlockRun
+{
+	int64		first;
+	int64		last;
+} BlockRun;
 
 /* Keep a block the walk finished if all its seqs arrived. */
 static void
@@ -225,12 +256,22 @@ finish_block(const OeLane *lane, NewBlocks *found, int64 block, int64 events,
 	found->oldest = accumArrayResult(found->oldest, TimestampTzGetDatum(oldest), false,
 									 TIMESTAMPTZOID, CurrentMemoryContext);
 	found->count++;
+	if (found->runs != NIL && ((BlockRun *) llast(found->runs))->last == block - 1)
+		((BlockRun *) llast(found->runs))->last = block;
+	else
+	{
+		BlockRun   *run = palloc(sizeof(BlockRun));
+
+		run->first = run->last = block;
+		found->runs = lappend(found->runs, run);
+	}
 }
 
 static void
 store_blocks(const OeLane *lane, NewBlocks *found)
 {
 	Datum		values[4];
+	ListCell   *lc;
 
 	if (found->count == 0)
 		return;
@@ -239,6 +280,14 @@ store_blocks(const OeLane *lane, NewBlocks *found)
 	values[2] = makeArrayResult(found->blocks, CurrentMemoryContext);
 	values[3] = makeArrayResult(found->oldest, CurrentMemoryContext);
 	oe_run_plan(&plans[PLAN_STORE], values, NULL, SPI_OK_INSERT);
+	foreach(lc, found->runs)
+	{
+		BlockRun   *run = lfirst(lc);
+
+		values[2] = Int64GetDatum(run->first);
+		values[3] = Int64GetDatum(run->last);
+		oe_run_plan(&plans[PLAN_MERGE], values, NULL, SPI_OK_INSERT);
+	}
 }
 
 static TimestampTz
@@ -338,6 +387,20 @@ typedef struct Backlog
 	TimestampTz gap_since;
 } Backlog;
 
+/* The earliest received_at in the lane's stored blocks (it has some). */
+static TimestampTz
+islands_oldest(const OeLane *lane)
+{
+	Datum		values[3];
+	bool		isnull;
+
+	values[0] = Int32GetDatum(lane->stream->stream_id);
+	values[1] = PointerGetDatum(lane->lane);
+	values[2] = Int64GetDatum(first_block_from(lane->range_end));
+	oe_run_plan(&plans[PLAN_OLDEST], values, NULL, SPI_OK_SELECT);
+	return DatumGetTimestampTz(oe_result(0, 1, &isnull));
+}
+
 /* The first seq of from..to in no skipped run of the lane, into *start. */
 static bool
 first_unskipped(const OeLane *lane, int64 from, int64 to, int64 *start)
@@ -404,10 +467,12 @@ measure_lane(OeLane *lane, Snapshot snapshot, Backlog *b)
 	int64		start;
 	bool		hole = false;
 
+	TimestampTz islands_since = lane->islands != NIL ? islands_oldest(lane) : 0;
+
 	oe_lane_scan_begin(&ls, lane, snapshot, lane->range_end, true);
 	while (oe_lane_scan_next(&ls, &first, &last, &island))
 	{
-		TimestampTz oldest = island != NULL ? island->oldest : received_at(ls.slot);
+		TimestampTz oldest = island != NULL ? islands_since : received_at(ls.slot);
 
 		CHECK_FOR_INTERRUPTS();
 		if (!hole && first > pos && first_unskipped(lane, pos, first - 1, &start))

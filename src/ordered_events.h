@@ -212,7 +212,6 @@ typedef struct OeIsland
 {
 	int64		first;
 	int64		last;
-	TimestampTz oldest;			/* the earliest received_at among them */
 } OeIsland;
 
 /* The released events of a stream for one partition count (delivery.c). */
