@@ -54,8 +54,7 @@ enum
 	PLAN_STORE,
 	PLAN_MERGE,
 	PLAN_FORGET,
-	PLAN_SET_END,
-	PLAN_LANES
+	PLAN_SET_END
 };
 
 static OePlan plans[] = {
@@ -108,13 +107,6 @@ static OePlan plans[] = {
 		"UPDATE ordered_events.progress SET backlog_end = $3 "
 		"WHERE stream_id = $1 AND lane = $2",
 		3, {INT4OID, TEXTOID, INT8OID}
-	},
-	/* the lanes of a per-key stream that can wait: as gaps() (gaps.c) */
-	[PLAN_LANES] = {
-		"SELECT lane FROM ordered_events.progress WHERE stream_id = $1 AND gap_start IS NOT NULL "
-		"UNION "
-		"SELECT key FROM ordered_events.key_arrivals WHERE stream_id = $1",
-		1, {INT4OID}
 	},
 };
 
@@ -534,8 +526,8 @@ maybe(Datum value, bool present, bool *isnull)
  *
  * What waits beyond the ranges of a stream's lanes (late events in skipped
  * runs aside, see stream_stats), from islands and the events in none: for
- * whoever may read stream_stats, which shows it.  Per-key streams: the
- * lanes that can wait, as gaps() finds them.
+ * whoever may read stream_stats, which shows it, from the lanes that can
+ * wait (oe_waiting_lanes(), as gaps()).
  */
 PG_FUNCTION_INFO_V1(oe_stream_backlog);
 Datum
@@ -554,25 +546,7 @@ oe_stream_backlog(PG_FUNCTION_ARGS)
 
 	oe_internal_begin(&scope, oe_relations()->owner);
 	if (oe_lookup_stream(text_to_cstring(PG_GETARG_TEXT_PP(0)), &stream))
-	{
-		List	   *lanes = NIL;
-
-		if (!stream.per_key)
-			lanes = list_make1(oe_lane_of(&stream, NULL));
-		else
-		{
-			Datum		id = Int32GetDatum(stream.stream_id);
-
-			oe_run_plan(&plans[PLAN_LANES], &id, NULL, SPI_OK_SELECT);
-			for (uint64 i = 0; i < SPI_processed; i++)
-			{
-				bool		isnull;
-
-				lanes = lappend(lanes, DatumGetTextPCopy(oe_result(i, 1, &isnull)));
-			}
-		}
-		measure_lanes(&stream, lanes, &b);
-	}
+		measure_lanes(&stream, oe_waiting_lanes(&stream, GetActiveSnapshot()), &b);
 	oe_internal_end(&scope);
 
 	values[0] = maybe(Int64GetDatum(b.pending), true, &nulls[0]);

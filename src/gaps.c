@@ -59,6 +59,30 @@ lane_gaps(const OeStream *stream, text *lane_key, Snapshot snapshot, ReturnSetIn
 }
 
 /*
+ * The lanes of a stream that can have events waiting, in key order: a
+ * global stream's one lane; of a per-key stream those where a release step
+ * saw a gap and those with events no step has looked at (see the banner),
+ * as text copies.  Inside an internal-query scope.
+ */
+List *
+oe_waiting_lanes(const OeStream *stream, Snapshot snapshot)
+{
+	Datum		id = Int32GetDatum(stream->stream_id);
+	List	   *lanes = NIL;
+
+	if (!stream->per_key)
+		return list_make1(oe_lane_of(stream, NULL));
+	oe_run_plan_snapshot(&candidate_lanes_plan, &id, NULL, snapshot);
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		bool		isnull;
+
+		lanes = lappend(lanes, DatumGetTextPCopy(oe_result(i, 1, &isnull)));
+	}
+	return lanes;
+}
+
+/*
  * gaps(stream text) returns table (key text, gap_start bigint, gap_end
  * bigint, first_seen timestamptz)
  */
@@ -70,6 +94,7 @@ oe_gaps(PG_FUNCTION_ARGS)
 	ReturnSetInfo *rsinfo;
 	Snapshot	snapshot = GetActiveSnapshot();
 	OeInternalScope scope;
+	ListCell   *lc;
 
 	stream = oe_stream_arg(fcinfo, 0);
 
@@ -77,26 +102,8 @@ oe_gaps(PG_FUNCTION_ARGS)
 	rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 
 	oe_internal_begin(&scope, oe_relations()->owner);
-	if (!stream.per_key)
-		lane_gaps(&stream, oe_lane_of(&stream, NULL), snapshot, rsinfo);
-	else
-	{
-		Datum		id = Int32GetDatum(stream.stream_id);
-		SPITupleTable *lanes;
-		uint64		nlanes;
-
-		oe_run_plan_snapshot(&candidate_lanes_plan, &id, NULL, snapshot);
-		lanes = SPI_tuptable;
-		nlanes = SPI_processed;
-		for (uint64 i = 0; i < nlanes; i++)
-		{
-			bool		isnull;
-
-			lane_gaps(&stream,
-					  DatumGetTextPP(SPI_getbinval(lanes->vals[i], lanes->tupdesc, 1, &isnull)),
-					  snapshot, rsinfo);
-		}
-	}
+	foreach(lc, oe_waiting_lanes(&stream, snapshot))
+		lane_gaps(&stream, lfirst(lc), snapshot, rsinfo);
 	oe_internal_end(&scope);
 	return (Datum) 0;
 }

@@ -584,6 +584,9 @@ extern void oe_lane_holes(OeLane *lane, Snapshot snapshot, int64 through, bool p
 						  void (*emit) (OeLane *lane, int64 start, int64 end, void *arg),
 						  void *arg);
 
+/* gaps.c */
+extern List *oe_waiting_lanes(const OeStream *stream, Snapshot snapshot);
+
 /* backlog.c */
 extern void oe_backlog_load(OeLane *lane);
 extern bool oe_backlog_update(OeLane *lane, Snapshot snapshot);
