@@ -199,52 +199,6 @@ SQL
     echo "  $1: shape as intended ($got)"
 }
 
-# times DB SQL WARM RUNS: RUNS \timing milliseconds of SQL in one session,
-# after one untimed run if WARM is 1
-times() {
-    local db=$1 sql=$2 warm=$3 runs=$4
-    {
-        echo '\o /dev/null'
-        echo 'SET jit = off;'
-        [ "$warm" = 1 ] && echo "$sql;"
-        echo '\timing on'
-        for _ in $(seq "$runs"); do echo "$sql;"; done
-    } > "$tmp/q.sql"
-    psql_db "$db" -f "$tmp/q.sql" | sed -n 's/^Time: \([0-9.]*\) ms.*/\1/p'
-}
-
-# figure FIGURE SQL
-figure() {
-    local name=$1 sql=$2 first ours=() base=() runs m_ours m_base ratio verdict
-    first=$(times "$BIG_DB" "$sql" 0 1)
-    if awk -v t="$first" -v s="$SLOW_MS" 'BEGIN {exit !(t > s)}'; then
-        runs=$(awk -v t="$first" -v b="$SLOW_BUDGET_MS" -v r="$RUNS" \
-                   'BEGIN {n = int(b / t); print (n < 3) ? 3 : (n > r) ? r : n}')
-        ours=("$first")
-        mapfile -t -O 1 ours < <(times "$BIG_DB" "$sql" 0 $((runs - 1)))
-        mapfile -t base < <(times "$BASE_DB" "$sql" 1 "$RUNS")
-    else
-        for _ in 1 2; do
-            mapfile -t -O "${#ours[@]}" ours < <(times "$BIG_DB" "$sql" 1 $((RUNS / 2)))
-            mapfile -t -O "${#base[@]}" base < <(times "$BASE_DB" "$sql" 1 $((RUNS / 2)))
-        done
-    fi
-    m_ours=$(printf '%s\n' "${ours[@]}" | median)
-    m_base=$(printf '%s\n' "${base[@]}" | median)
-    ratio=$(awk -v a="$m_ours" -v b="$m_base" 'BEGIN {printf "%.3f", (b == 0) ? 0 : a / b}')
-    # PASS needs both targets: the ratio and the absolute time at N
-    verdict=$(awk -v r="$ratio" -v a="$m_ours" 'BEGIN {
-        v = (r <= 2 && a <= 10) ? "PASS" : "MISS"
-        if (v == "MISS") v = v " (" ((r > 2) ? "ratio" : "") ((r > 2 && a > 10) ? ", " : "") ((a > 10) ? "10 ms" : "") ")"
-        print v }')
-    printf '%s\t%s ms\t%s ms\t%s\t%s\t%s\t%s (%s runs) | %s (%s runs)\n' \
-        "$name" "$m_ours" "$m_base" "$ratio" "<= 2, <= 10 ms" "$verdict" \
-        "$(printf '%s\n' "${ours[@]}" | spread)" "${#ours[@]}" \
-        "$(printf '%s\n' "${base[@]}" | spread)" "${#base[@]}" >> "$BENCH_OUT"
-    printf '  %-56s ours %s ms, baseline %s ms, ratio %s (target <= 2, <= 10 ms) %s\n' \
-        "$name" "$m_ours" "$m_base" "$ratio" "$verdict"
-}
-
 echo "19. loading the shapes: $N pending in wide and $P for wide_keys' k0, against $BASE and $BASE_P"
 load "$BIG_DB" "$N" "$P"
 load "$BASE_DB" "$BASE" "$BASE_P"
@@ -254,19 +208,19 @@ check_shape "$BASE_DB" "$BASE" "$BASE_P"
 if [ "${BACKLOG_LOAD_ONLY:-0}" = 1 ]; then dropdb "$BIG_DB"; dropdb "$BASE_DB"; rm -rf "$tmp"; exit 0; fi
 
 echo "19. each query with $N pending vs $BASE pending (wide_keys' k0: $P vs $BASE_P)"
-figure "19a stream_stats, stream wide" "SELECT * FROM ordered_events.stream_stats WHERE stream = 'wide'"
-figure "19b stream_stats, whole view (3 streams)" "SELECT * FROM ordered_events.stream_stats"
-figure "19c gaps('wide')" "SELECT * FROM ordered_events.gaps('wide')"
-figure "19d key_status, stream wide LIMIT 100" "SELECT * FROM ordered_events.key_status WHERE stream = 'wide' LIMIT 100"
-figure "19e key_status, wide, key k77" "SELECT * FROM ordered_events.key_status WHERE stream = 'wide' AND key = 'k77'"
-figure "19f pending, wide ORDER BY seq LIMIT 10" "SELECT * FROM ordered_events.pending WHERE stream = 'wide' ORDER BY seq LIMIT 10"
-figure "19g released, wide, seq > 2 LIMIT 100" \
+db_figure "19a stream_stats, stream wide" "SELECT * FROM ordered_events.stream_stats WHERE stream = 'wide'"
+db_figure "19b stream_stats, whole view (3 streams)" "SELECT * FROM ordered_events.stream_stats"
+db_figure "19c gaps('wide')" "SELECT * FROM ordered_events.gaps('wide')"
+db_figure "19d key_status, stream wide LIMIT 100" "SELECT * FROM ordered_events.key_status WHERE stream = 'wide' LIMIT 100"
+db_figure "19e key_status, wide, key k77" "SELECT * FROM ordered_events.key_status WHERE stream = 'wide' AND key = 'k77'"
+db_figure "19f pending, wide ORDER BY seq LIMIT 10" "SELECT * FROM ordered_events.pending WHERE stream = 'wide' ORDER BY seq LIMIT 10"
+db_figure "19g released, wide, seq > 2 LIMIT 100" \
     "SELECT seq FROM ordered_events.released WHERE stream = 'wide' AND seq > 2 ORDER BY seq LIMIT 100"
-figure "19h stream_stats, stream wide_keys" "SELECT * FROM ordered_events.stream_stats WHERE stream = 'wide_keys'"
-figure "19i gaps('wide_keys')" "SELECT * FROM ordered_events.gaps('wide_keys')"
-figure "19j key_status, wide_keys, key k0 (blocked)" "SELECT * FROM ordered_events.key_status WHERE stream = 'wide_keys' AND key = 'k0'"
-figure "19k metrics" "SELECT * FROM ordered_events.metrics"
-figure "19l consumers (one, on wide)" "SELECT * FROM ordered_events.consumers"
+db_figure "19h stream_stats, stream wide_keys" "SELECT * FROM ordered_events.stream_stats WHERE stream = 'wide_keys'"
+db_figure "19i gaps('wide_keys')" "SELECT * FROM ordered_events.gaps('wide_keys')"
+db_figure "19j key_status, wide_keys, key k0 (blocked)" "SELECT * FROM ordered_events.key_status WHERE stream = 'wide_keys' AND key = 'k0'"
+db_figure "19k metrics" "SELECT * FROM ordered_events.metrics"
+db_figure "19l consumers (one, on wide)" "SELECT * FROM ordered_events.consumers"
 
 dropdb "$BIG_DB"
 dropdb "$BASE_DB"

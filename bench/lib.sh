@@ -38,3 +38,57 @@ set_worker() {
     psql_bench -c "ALTER SYSTEM SET ordered_events.enabled = $1" -c "SELECT pg_reload_conf()" >/dev/null
     sleep 0.5
 }
+
+# Figures that compare one query on two databases of the same shapes, one
+# big (BIG_DB, N) and one small (BASE_DB, BASE): bench/monitoring.sh and
+# bench/backlog.sh.  They set RUNS, SLOW_MS, SLOW_BUDGET_MS and tmp, and
+# define psql_db DB ARGS.
+
+# db_times DB SQL WARM RUNS: RUNS \timing milliseconds of SQL in one session,
+# after one untimed run if WARM is 1; @N@ in SQL is the events of DB's side
+db_times() {
+    local db=$1 sql=$2 warm=$3 runs=$4
+    if [ "$db" = "$BIG_DB" ]; then sql=${sql//@N@/$N}; else sql=${sql//@N@/$BASE}; fi
+    {
+        echo '\o /dev/null'
+        # as docs/monitoring.md sets up a monitoring role: short queries over big
+        # tables are not worth JIT-compiling
+        echo 'SET jit = off;'
+        [ "$warm" = 1 ] && echo "$sql;"
+        echo '\timing on'
+        for _ in $(seq "$runs"); do echo "$sql;"; done
+    } > "$tmp/q.sql"
+    psql_db "$db" -f "$tmp/q.sql" | sed -n 's/^Time: \([0-9.]*\) ms.*/\1/p'
+}
+
+# db_figure FIGURE SQL: medians on both sides, ratio <= 2 and <= 10 ms on the big one
+db_figure() {
+    local name=$1 sql=$2 first ours=() base=() runs m_ours m_base ratio verdict
+    first=$(db_times "$BIG_DB" "$sql" 0 1)
+    if awk -v t="$first" -v s="$SLOW_MS" 'BEGIN {exit !(t > s)}'; then
+        runs=$(awk -v t="$first" -v b="$SLOW_BUDGET_MS" -v r="$RUNS" \
+                   'BEGIN {n = int(b / t); print (n < 3) ? 3 : (n > r) ? r : n}')
+        ours=("$first")
+        mapfile -t -O 1 ours < <(db_times "$BIG_DB" "$sql" 0 $((runs - 1)))
+        mapfile -t base < <(db_times "$BASE_DB" "$sql" 1 "$RUNS")
+    else
+        for _ in 1 2; do
+            mapfile -t -O "${#ours[@]}" ours < <(db_times "$BIG_DB" "$sql" 1 $((RUNS / 2)))
+            mapfile -t -O "${#base[@]}" base < <(db_times "$BASE_DB" "$sql" 1 $((RUNS / 2)))
+        done
+    fi
+    m_ours=$(printf '%s\n' "${ours[@]}" | median)
+    m_base=$(printf '%s\n' "${base[@]}" | median)
+    ratio=$(awk -v a="$m_ours" -v b="$m_base" 'BEGIN {printf "%.3f", (b == 0) ? 0 : a / b}')
+    # PASS needs both targets: the ratio and the absolute time at N
+    verdict=$(awk -v r="$ratio" -v a="$m_ours" 'BEGIN {
+        v = (r <= 2 && a <= 10) ? "PASS" : "MISS"
+        if (v == "MISS") v = v " (" ((r > 2) ? "ratio" : "") ((r > 2 && a > 10) ? ", " : "") ((a > 10) ? "10 ms" : "") ")"
+        print v }')
+    printf '%s\t%s ms\t%s ms\t%s\t%s\t%s\t%s (%s runs) | %s (%s runs)\n' \
+        "$name" "$m_ours" "$m_base" "$ratio" "<= 2, <= 10 ms" "$verdict" \
+        "$(printf '%s\n' "${ours[@]}" | spread)" "${#ours[@]}" \
+        "$(printf '%s\n' "${base[@]}" | spread)" "${#base[@]}" >> "$BENCH_OUT"
+    printf '  %-56s ours %s ms, baseline %s ms, ratio %s (target <= 2, <= 10 ms) %s\n' \
+        "$name" "$m_ours" "$m_base" "$ratio" "$verdict"
+}

@@ -140,55 +140,6 @@ SQL
     fi
 }
 
-# times DB SQL WARM RUNS: RUNS \timing milliseconds of SQL in one session,
-# after one untimed run if WARM is 1; @N@ in SQL is the events a stream of DB
-times() {
-    local db=$1 sql=$2 warm=$3 runs=$4
-    if [ "$db" = "$BIG_DB" ]; then sql=${sql//@N@/$N}; else sql=${sql//@N@/$BASE}; fi
-    {
-        echo '\o /dev/null'
-        # as docs/monitoring.md sets up a monitoring role: short queries over big
-        # tables are not worth JIT-compiling
-        echo 'SET jit = off;'
-        [ "$warm" = 1 ] && echo "$sql;"
-        echo '\timing on'
-        for _ in $(seq "$runs"); do echo "$sql;"; done
-    } > "$tmp/q.sql"
-    psql_db "$db" -f "$tmp/q.sql" | sed -n 's/^Time: \([0-9.]*\) ms.*/\1/p'
-}
-
-# figure FIGURE SQL
-figure() {
-    local name=$1 sql=$2 first ours=() base=() runs m_ours m_base ratio verdict
-    first=$(times "$BIG_DB" "$sql" 0 1)
-    if awk -v t="$first" -v s="$SLOW_MS" 'BEGIN {exit !(t > s)}'; then
-        runs=$(awk -v t="$first" -v b="$SLOW_BUDGET_MS" -v r="$RUNS" \
-                   'BEGIN {n = int(b / t); print (n < 3) ? 3 : (n > r) ? r : n}')
-        ours=("$first")
-        mapfile -t -O 1 ours < <(times "$BIG_DB" "$sql" 0 $((runs - 1)))
-        mapfile -t base < <(times "$BASE_DB" "$sql" 1 "$RUNS")
-    else
-        for _ in 1 2; do
-            mapfile -t -O "${#ours[@]}" ours < <(times "$BIG_DB" "$sql" 1 $((RUNS / 2)))
-            mapfile -t -O "${#base[@]}" base < <(times "$BASE_DB" "$sql" 1 $((RUNS / 2)))
-        done
-    fi
-    m_ours=$(printf '%s\n' "${ours[@]}" | median)
-    m_base=$(printf '%s\n' "${base[@]}" | median)
-    ratio=$(awk -v a="$m_ours" -v b="$m_base" 'BEGIN {printf "%.3f", (b == 0) ? 0 : a / b}')
-    # PASS needs both targets: the ratio and the absolute time at N
-    verdict=$(awk -v r="$ratio" -v a="$m_ours" 'BEGIN {
-        v = (r <= 2 && a <= 10) ? "PASS" : "MISS"
-        if (v == "MISS") v = v " (" ((r > 2) ? "ratio" : "") ((r > 2 && a > 10) ? ", " : "") ((a > 10) ? "10 ms" : "") ")"
-        print v }')
-    printf '%s\t%s ms\t%s ms\t%s\t%s\t%s\t%s (%s runs) | %s (%s runs)\n' \
-        "$name" "$m_ours" "$m_base" "$ratio" "<= 2, <= 10 ms" "$verdict" \
-        "$(printf '%s\n' "${ours[@]}" | spread)" "${#ours[@]}" \
-        "$(printf '%s\n' "${base[@]}" | spread)" "${#base[@]}" >> "$BENCH_OUT"
-    printf '  %-52s ours %s ms, baseline %s ms, ratio %s (target <= 2, <= 10 ms) %s\n' \
-        "$name" "$m_ours" "$m_base" "$ratio" "$verdict"
-}
-
 echo "11. loading the shapes: $N events a stream and $BASE"
 load "$BIG_DB" "$N"
 load "$BASE_DB" "$BASE"
@@ -196,30 +147,30 @@ check_shape "$BIG_DB" "$N"
 check_shape "$BASE_DB" "$BASE"
 
 echo "11. each query at $N events vs at $BASE events"
-figure "11a stream_stats, stream big" "SELECT * FROM ordered_events.stream_stats WHERE stream = 'big'"
-figure "11a stream_stats, whole view (2 streams)" "SELECT * FROM ordered_events.stream_stats"
-figure "11b key_status, stream keys (1000 keys)" "SELECT * FROM ordered_events.key_status WHERE stream = 'keys'"
-figure "11c key_status, one key (blocked)" "SELECT * FROM ordered_events.key_status WHERE stream = 'keys' AND key = 'k0'"
-figure "11d gaps('big')" "SELECT * FROM ordered_events.gaps('big')"
-figure "11d gaps('keys')" "SELECT * FROM ordered_events.gaps('keys')"
-figure "11e pending, stream big LIMIT 3" "SELECT * FROM ordered_events.pending WHERE stream = 'big' LIMIT 3"
+db_figure "11a stream_stats, stream big" "SELECT * FROM ordered_events.stream_stats WHERE stream = 'big'"
+db_figure "11a stream_stats, whole view (2 streams)" "SELECT * FROM ordered_events.stream_stats"
+db_figure "11b key_status, stream keys (1000 keys)" "SELECT * FROM ordered_events.key_status WHERE stream = 'keys'"
+db_figure "11c key_status, one key (blocked)" "SELECT * FROM ordered_events.key_status WHERE stream = 'keys' AND key = 'k0'"
+db_figure "11d gaps('big')" "SELECT * FROM ordered_events.gaps('big')"
+db_figure "11d gaps('keys')" "SELECT * FROM ordered_events.gaps('keys')"
+db_figure "11e pending, stream big LIMIT 3" "SELECT * FROM ordered_events.pending WHERE stream = 'big' LIMIT 3"
 # a lower bound near the end of each side (N - 1000) and a LIMIT, no upper bound
-figure "11f released, big, seq > N-1000 LIMIT 10" \
+db_figure "11f released, big, seq > N-1000 LIMIT 10" \
     "SELECT * FROM ordered_events.released WHERE stream = 'big' AND seq > @N@ - 1000 ORDER BY seq LIMIT 10"
 # keyset reads (issue 23): a lower bound far below the end, only a LIMIT; the
 # same rows on both sides
-figure "11k released, big, seq > 2 LIMIT 100 (keyset)" \
+db_figure "11k released, big, seq > 2 LIMIT 100 (keyset)" \
     "SELECT seq FROM ordered_events.released WHERE stream = 'big' AND seq > 2 ORDER BY seq LIMIT 100"
-figure "11l released, keys, key k7, seq > 2 LIMIT 5" \
+db_figure "11l released, keys, key k7, seq > 2 LIMIT 5" \
     "SELECT * FROM ordered_events.released WHERE stream = 'keys' AND key = 'k7' AND seq > 2 ORDER BY seq LIMIT 5"
-figure "11m pending, big, ORDER BY seq LIMIT 10" \
+db_figure "11m pending, big, ORDER BY seq LIMIT 10" \
     "SELECT * FROM ordered_events.pending WHERE stream = 'big' ORDER BY seq LIMIT 10"
-figure "11n pending, keys, key k0, ORDER BY seq LIMIT 3" \
+db_figure "11n pending, keys, key k0, ORDER BY seq LIMIT 3" \
     "SELECT * FROM ordered_events.pending WHERE stream = 'keys' AND key = 'k0' ORDER BY seq LIMIT 3"
-figure "11g consumers" "SELECT * FROM ordered_events.consumers"
-figure "11h skipped_gaps" "SELECT * FROM ordered_events.skipped_gaps"
-figure "11i metrics" "SELECT * FROM ordered_events.metrics"
-figure "11j worker_status" "SELECT * FROM ordered_events.worker_status"
+db_figure "11g consumers" "SELECT * FROM ordered_events.consumers"
+db_figure "11h skipped_gaps" "SELECT * FROM ordered_events.skipped_gaps"
+db_figure "11i metrics" "SELECT * FROM ordered_events.metrics"
+db_figure "11j worker_status" "SELECT * FROM ordered_events.worker_status"
 
 dropdb "$BIG_DB"
 dropdb "$BASE_DB"
