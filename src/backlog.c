@@ -19,6 +19,13 @@
  * one, and what arrived since the step.  A reader whose snapshot does not
  * see them reads every event, as it must.
  *
+ * Storage: one row per block in backlog_blocks (with its oldest
+ * received_at, indexed, so the oldest waiting event is one index probe)
+ * and one per island in backlog_islands, merged as blocks are stored and
+ * trimmed as they are released, so that a reader reads a row per island.
+ * A step deletes the blocks its range passed in the transaction that moves
+ * the range: no row lies below a lane's range_end.
+ *
  * progress.backlog_end is the first seq the last step did not look at, so
  * that streams_with_work() asks for another step while events lie there;
  * NULL when nothing waits beyond the lane's range.  A step looks at most
