@@ -150,9 +150,9 @@ seen_gap_expired(uint64 row)
 }
 
 /*
- * Load a lane's progress, skipped runs and islands: the lane of key "lane_key" of a
- * per-key stream, or the global lane (pass oe_lane_of()).  "step" is the
- * release step that will walk it, NULL if none will.
+ * Load a lane's progress, skipped runs and islands: the lane of key
+ * "lane_key" of a per-key stream, or the global lane (pass oe_lane_of()).
+ * "step" is the release step that will walk it, NULL if none will.
  */
 void
 oe_load_lane(OeLane *lane, const OeStream *stream, text *lane_key, OeStep *step)
