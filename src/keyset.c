@@ -304,6 +304,40 @@ lookup(OePlan *plan, Datum *values, int64 *result, bool is_int4)
 	return !isnull;
 }
 
+/*
+ * The body of both functions below, f(stream text, arg text, known): known
+ * if not NULL; else what "plan" finds for (stream, arg), for a role that
+ * may read the stream, kept for the call site; NULL if nothing.
+ */
+static bool
+known_or_looked_up(FunctionCallInfo fcinfo, OePlan *plan, bool is_int4, int64 *value)
+{
+	char	   *stream;
+	char	   *arg;
+	Lookup	   *entry;
+
+	if (!PG_ARGISNULL(2))
+	{
+		*value = is_int4 ? PG_GETARG_INT32(2) : PG_GETARG_INT64(2);
+		return true;
+	}
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
+		return false;
+	stream = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	arg = text_to_cstring(PG_GETARG_TEXT_PP(1));
+	entry = cached(fcinfo, stream, arg);
+	if (entry == NULL)
+	{
+		Datum		values[2] = {PG_GETARG_DATUM(0), PG_GETARG_DATUM(1)};
+		int64		found_value = 0;
+		bool		found = may_read(stream) && lookup(plan, values, &found_value, is_int4);
+
+		entry = remember(fcinfo, stream, arg, !found, found_value);
+	}
+	*value = entry->value;
+	return !entry->isnull;
+}
+
 static OePlan stream_id_plan = {
 	"SELECT d.stream_id FROM ordered_events.stream_def d "
 	"WHERE d.stream = $1 AND d.sequencing::text = $2",
@@ -319,28 +353,11 @@ PG_FUNCTION_INFO_V1(oe_read_stream_id);
 Datum
 oe_read_stream_id(PG_FUNCTION_ARGS)
 {
-	char	   *stream;
-	char	   *sequencing;
-	Lookup	   *entry;
+	int64		id;
 
-	if (!PG_ARGISNULL(2))
-		PG_RETURN_DATUM(PG_GETARG_DATUM(2));
-	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
+	if (!known_or_looked_up(fcinfo, &stream_id_plan, true, &id))
 		PG_RETURN_NULL();
-	stream = text_to_cstring(PG_GETARG_TEXT_PP(0));
-	sequencing = text_to_cstring(PG_GETARG_TEXT_PP(1));
-	entry = cached(fcinfo, stream, sequencing);
-	if (entry == NULL)
-	{
-		Datum		values[2] = {PG_GETARG_DATUM(0), PG_GETARG_DATUM(1)};
-		int64		id = 0;
-		bool		found = may_read(stream) && lookup(&stream_id_plan, values, &id, true);
-
-		entry = remember(fcinfo, stream, sequencing, !found, id);
-	}
-	if (entry->isnull)
-		PG_RETURN_NULL();
-	PG_RETURN_INT32((int32) entry->value);
+	PG_RETURN_INT32((int32) id);
 }
 
 static OePlan range_end_plan = {
@@ -362,26 +379,9 @@ PG_FUNCTION_INFO_V1(oe_lane_range_end);
 Datum
 oe_lane_range_end(PG_FUNCTION_ARGS)
 {
-	char	   *stream;
-	char	   *lane;
-	Lookup	   *entry;
+	int64		range_end;
 
-	if (!PG_ARGISNULL(2))
-		PG_RETURN_DATUM(PG_GETARG_DATUM(2));
-	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
+	if (!known_or_looked_up(fcinfo, &range_end_plan, false, &range_end))
 		PG_RETURN_NULL();
-	stream = text_to_cstring(PG_GETARG_TEXT_PP(0));
-	lane = text_to_cstring(PG_GETARG_TEXT_PP(1));
-	entry = cached(fcinfo, stream, lane);
-	if (entry == NULL)
-	{
-		Datum		values[2] = {PG_GETARG_DATUM(0), PG_GETARG_DATUM(1)};
-		int64		range_end = 0;
-		bool		found = may_read(stream) && lookup(&range_end_plan, values, &range_end, false);
-
-		entry = remember(fcinfo, stream, lane, !found, range_end);
-	}
-	if (entry->isnull)
-		PG_RETURN_NULL();
-	PG_RETURN_INT64(entry->value);
+	PG_RETURN_INT64(range_end);
 }
