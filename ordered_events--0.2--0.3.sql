@@ -2098,6 +2098,22 @@ AS 'MODULE_PATHNAME', 'oe_stream_backlog';
 COMMENT ON FUNCTION ordered_events.stream_backlog(text) IS
     'Internal: the pending events of a stream beyond its lanes'' ranges, and its first gap (stream_stats)';
 /*
+ * Late events: those that committed into a skipped run a release step had
+ * passed, pending until a step settles them (src/gap_policy.c), of every
+ * stream: what stream_stats and key_status add to the backlogs.
+ */
+CREATE VIEW ordered_events.late_events AS
+SELECT g.stream_id, d.stream, e.key, e.seq, e.received_at
+  FROM ordered_events.gap_skips g
+  JOIN ordered_events.stream_def d ON d.stream_id = g.stream_id
+  JOIN ordered_events.progress p ON p.stream_id = g.stream_id AND p.lane = g.lane
+  JOIN ordered_events.event_store e
+    ON e.stream_id = g.stream_id AND e.lane = g.lane
+   AND e.seq BETWEEN g.gap_start AND g.gap_end AND e.seq < p.range_end
+ WHERE NOT g.settled;
+COMMENT ON VIEW ordered_events.late_events IS
+    'Internal: events that committed late into a skipped run, not settled yet';
+/*
  * stream_stats from counters, the backlogs' summary and the dead letters:
  * its cost is the stream's gaps, dead letters and skips, the events that
  * arrived since its last release step, and one pass over its lanes'
@@ -2124,14 +2140,9 @@ SELECT d.stream,
     ON t.stream_id = d.stream_id AND t.partitions = 1 AND t.partition = 0
  CROSS JOIN LATERAL ordered_events.stream_backlog(d.stream) b
  CROSS JOIN LATERAL (
-        SELECT count(*) AS late_count, min(e.received_at) AS oldest_late_at,
-               max(e.seq) AS max_late_seq
-          FROM ordered_events.gap_skips g
-          JOIN ordered_events.progress q ON q.stream_id = g.stream_id AND q.lane = g.lane
-          JOIN ordered_events.event_store e
-            ON e.stream_id = g.stream_id AND e.lane = g.lane
-           AND e.seq BETWEEN g.gap_start AND g.gap_end AND e.seq < q.range_end
-         WHERE g.stream_id = d.stream_id AND NOT g.settled) lt
+        SELECT count(*) AS late_count, min(l.received_at) AS oldest_late_at,
+               max(l.seq) AS max_late_seq
+          FROM ordered_events.late_events l WHERE l.stream_id = d.stream_id) lt
  CROSS JOIN LATERAL (
         SELECT max(q.last_released_seq) AS last_released_seq
           FROM ordered_events.progress q WHERE q.stream_id = d.stream_id) lr
@@ -2220,14 +2231,8 @@ SELECT x.stream, x.key,
                 OFFSET 0) e
          WHERE d.sequencing = 'global'
         UNION ALL
-        SELECT d.stream, e.key, 0, NULL, 1, e.seq, 0, 0, false
-          FROM ordered_events.gap_skips g
-          JOIN ordered_events.stream_def d ON d.stream_id = g.stream_id
-          JOIN ordered_events.progress p ON p.stream_id = g.stream_id AND p.lane = g.lane
-          JOIN ordered_events.event_store e
-            ON e.stream_id = g.stream_id AND e.lane = g.lane
-           AND e.seq BETWEEN g.gap_start AND g.gap_end AND e.seq < p.range_end
-         WHERE NOT g.settled
+        SELECT l.stream, l.key, 0, NULL, 1, l.seq, 0, 0, false
+          FROM ordered_events.late_events l
         UNION ALL
         -- a per-key stream's lanes that can wait, from their backlogs'
         -- summary (src/backlog.c): one row with the count and the earliest

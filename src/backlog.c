@@ -232,7 +232,6 @@ typedef struct NewBlocks
 {
 	ArrayBuildState *blocks;
 	ArrayBuildState *oldest;
-	int64		count;
 	List	   *runs;			/* BlockRuns of consecutive new blocks, in order */
 } NewBlocks;
 
@@ -254,7 +253,6 @@ finish_block(const OeLane *lane, NewBlocks *found, int64 block, int64 events,
 									 CurrentMemoryContext);
 	found->oldest = accumArrayResult(found->oldest, TimestampTzGetDatum(oldest), false,
 									 TIMESTAMPTZOID, CurrentMemoryContext);
-	found->count++;
 	if (found->runs != NIL && ((BlockRun *) llast(found->runs))->last == block - 1)
 		((BlockRun *) llast(found->runs))->last = block;
 	else
@@ -272,7 +270,7 @@ store_blocks(const OeLane *lane, NewBlocks *found)
 	Datum		values[4];
 	ListCell   *lc;
 
-	if (found->count == 0)
+	if (found->runs == NIL)
 		return;
 	values[0] = Int32GetDatum(lane->stream->stream_id);
 	values[1] = PointerGetDatum(lane->lane);
@@ -400,26 +398,24 @@ islands_oldest(const OeLane *lane)
 	return DatumGetTimestampTz(oe_result(0, 1, &isnull));
 }
 
-/* The first seq of from..to in no skipped run of the lane, into *start. */
-static bool
-first_unskipped(const OeLane *lane, int64 from, int64 to, int64 *start)
+/* The first hole of a lane, once found. */
+typedef struct Hole
 {
-	ListCell   *lc;
+	bool		found;
+	int64		start;
+} Hole;
 
-	foreach(lc, lane->runs)
+/* oe_unskipped_parts() callback: keep the start of the first part. */
+static void
+first_part(OeLane *lane, int64 start, int64 end, void *arg)
+{
+	Hole	   *hole = arg;
+
+	if (!hole->found)
 	{
-		OeSkipRun  *run = lfirst(lc);
-
-		if (run->end < from)
-			continue;
-		if (run->start > from)
-			break;
-		if (run->end >= to)
-			return false;
-		from = run->end + 1;
+		hole->found = true;
+		hole->start = start;
 	}
-	*start = from;
-	return true;
 }
 
 /*
@@ -427,24 +423,23 @@ first_unskipped(const OeLane *lane, int64 from, int64 to, int64 *start)
  * the time a step saw it (never seen last), then by seq, as stream_stats
  * orders gaps().
  */
+static bool
+gap_sorts_first(const Backlog *b, int64 start, bool seen, TimestampTz since)
+{
+	if (!b->has_gap)
+		return true;
+	if (seen != b->gap_seen)
+		return seen;
+	if (seen && since != b->gap_since)
+		return since < b->gap_since;
+	return start < b->gap_start;
+}
+
 static void
 note_gap(Backlog *b, int64 start, bool seen, TimestampTz since)
 {
-	if (b->has_gap)
-	{
-		if (seen != b->gap_seen)
-		{
-			if (!seen)
-				return;
-		}
-		else if (seen && since != b->gap_since)
-		{
-			if (since > b->gap_since)
-				return;
-		}
-		else if (start >= b->gap_start)
-			return;
-	}
+	if (!gap_sorts_first(b, start, seen, since))
+		return;
 	b->has_gap = true;
 	b->gap_start = start;
 	b->gap_seen = seen;
@@ -463,9 +458,7 @@ measure_lane(OeLane *lane, Snapshot snapshot, Backlog *b)
 	int64		first;
 	int64		last;
 	const OeIsland *island;
-	int64		start;
-	bool		hole = false;
-
+	Hole		hole = {0};
 	TimestampTz islands_since = lane->islands != NIL ? islands_oldest(lane) : 0;
 
 	oe_lane_scan_begin(&ls, lane, snapshot, lane->range_end, true);
@@ -474,11 +467,8 @@ measure_lane(OeLane *lane, Snapshot snapshot, Backlog *b)
 		TimestampTz oldest = island != NULL ? islands_since : received_at(ls.slot);
 
 		CHECK_FOR_INTERRUPTS();
-		if (!hole && first > pos && first_unskipped(lane, pos, first - 1, &start))
-		{
-			hole = true;
-			note_gap(b, start, start == lane->seen_gap, lane->seen_gap_at);
-		}
+		if (!hole.found && first > pos)
+			oe_unskipped_parts(lane, pos, first - 1, first_part, &hole);
 		b->pending += last - first + 1;
 		b->oldest = b->any ? Min(b->oldest, oldest) : oldest;
 		b->min_seq = b->any ? Min(b->min_seq, first) : first;
@@ -487,6 +477,8 @@ measure_lane(OeLane *lane, Snapshot snapshot, Backlog *b)
 		pos = last + 1;
 	}
 	oe_lane_scan_end(&ls);
+	if (hole.found)
+		note_gap(b, hole.start, hole.start == lane->seen_gap, lane->seen_gap_at);
 }
 
 /* Only for whoever may read the view that shows what the caller returns. */

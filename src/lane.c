@@ -483,8 +483,8 @@ oe_walk_lane_through(OeLane *lane, int64 through, Snapshot snapshot)
 }
 
 /* Emit the parts of from..to that no skipped run of the lane covers. */
-static void
-unskipped_parts(OeLane *lane, int64 from, int64 to,
+void
+oe_unskipped_parts(OeLane *lane, int64 from, int64 to,
 				void (*emit) (OeLane *lane, int64 start, int64 end, void *arg), void *arg)
 {
 	ListCell   *lc;
@@ -527,10 +527,10 @@ oe_lane_holes(OeLane *lane, Snapshot snapshot, int64 through, bool past_last,
 	{
 		CHECK_FOR_INTERRUPTS();
 		if (first > pos)
-			unskipped_parts(lane, pos, Min(first - 1, through), emit, arg);
+			oe_unskipped_parts(lane, pos, Min(first - 1, through), emit, arg);
 		pos = last + 1;
 	}
 	if (past_last && pos <= through)
-		unskipped_parts(lane, pos, through, emit, arg);
+		oe_unskipped_parts(lane, pos, through, emit, arg);
 	oe_lane_scan_end(&ls);
 }

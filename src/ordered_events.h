@@ -580,6 +580,9 @@ extern void oe_walk_lane(OeLane *lane, int64 limit, Snapshot snapshot);
 extern void oe_walk_lane_through(OeLane *lane, int64 through, Snapshot snapshot);
 extern void oe_add_runs(OeLane *lane);
 extern void oe_save_lane(OeLane *lane);
+extern void oe_unskipped_parts(OeLane *lane, int64 from, int64 to,
+							   void (*emit) (OeLane *lane, int64 start, int64 end, void *arg),
+							   void *arg);
 extern void oe_lane_holes(OeLane *lane, Snapshot snapshot, int64 through, bool past_last,
 						  void (*emit) (OeLane *lane, int64 start, int64 end, void *arg),
 						  void *arg);

@@ -100,7 +100,7 @@ SELECT views_are('ordered_events', ARRAY[
     'worker_status', 'skipped_gaps', 'consumers', 'key_state', 'results', 'metrics',
     'held',
     -- internal
-    'accepted_events'],
+    'accepted_events', 'late_events'],
     'schema ordered_events has exactly the views of 0.3');
 SELECT sequences_are('ordered_events', ARRAY['stream_id_seq', 'arrival_seq', 'consumer_id_seq',
                                              'result_position_seq', 'parked_position_seq'],
