@@ -53,12 +53,6 @@ sub released
 		          FROM ordered_events.released WHERE stream = '$stream') r});
 }
 
-sub cycles
-{
-	return $node->safe_psql('postgres',
-		"SELECT cycles FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'");
-}
-
 # Lines of the log, from an offset, about a failing stream.
 sub failure_lines
 {
@@ -102,7 +96,7 @@ is(range_end('blocked'), '1', 'blocked is not released');
 
 # Several more failing cycles; events of "free" arriving meanwhile are
 # released; the failure is still logged once.
-my $c = cycles();
+my $c = OrderedEvents::release_cycles($node);
 $node->safe_psql('postgres', "SELECT ordered_events.ingest('free', 3, 'k')");
 ok($node->poll_query_until('postgres',
 		"SELECT range_end FROM ordered_events.ranges WHERE stream = 'free'", '4'),
@@ -142,7 +136,7 @@ is( $node->safe_psql('postgres', q{
 # A new failure after the recovery is logged again (once).
 $locker->query_safe('BEGIN');
 $locker->query_safe($lock_sql);
-$c = cycles();
+$c = OrderedEvents::release_cycles($node);
 $node->safe_psql('postgres', "SELECT ordered_events.ingest('blocked', 3, 'k')");
 ok( $node->poll_query_until('postgres', qq{
 	SELECT cycles >= $c + 3 FROM ordered_events.worker_status

@@ -30,22 +30,11 @@ ok( $node->poll_query_until('postgres', q{
 	  FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'}),
 	'worker is running');
 
-sub cycles
-{
-	return $node->safe_psql('postgres',
-		"SELECT cycles FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'");
-}
-
-# Wait until the worker has finished two more cycles: whatever one in
-# progress was doing, a whole cycle ran after the caller's last commit.
+# Wait until the worker has finished two more cycles (OrderedEvents.pm).
 sub wait_two_cycles
 {
 	my ($what) = @_;
-	my $from = cycles();
-	ok( $node->poll_query_until('postgres', qq{
-		SELECT cycles >= $from + 2
-		  FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'}),
-		"$what: the worker ran two more cycles");
+	ok(OrderedEvents::two_more_cycles($node), "$what: the worker ran two more cycles");
 }
 
 # Events $from..$to of stream $stream, in one statement.

@@ -64,6 +64,26 @@ sub node
 	return $node;
 }
 
+# The cycles the release worker of database postgres has finished.
+sub release_cycles
+{
+	my ($node) = @_;
+	return $node->safe_psql('postgres',
+		"SELECT cycles FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'");
+}
+
+# Wait until that worker has finished two more cycles: whatever one in
+# progress was doing, a whole cycle ran after the caller's last commit.
+# True once it has (poll_query_until's result).
+sub two_more_cycles
+{
+	my ($node) = @_;
+	my $from = release_cycles($node);
+	return $node->poll_query_until('postgres', qq{
+		SELECT cycles >= $from + 2
+		  FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'});
+}
+
 # Send $sql to a background_psql session without waiting for its result
 # (the session's next query() or query_safe() reads what it printed).
 sub send_query
