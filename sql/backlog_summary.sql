@@ -230,6 +230,25 @@ SELECT pending_count, first_gap_start FROM ordered_events.stream_stats WHERE str
 SELECT pg_temp.fetched() - :before < 2048 AS stream_stats_cheap;
 COMMIT;
 
+-- The summary shows what stream_stats and key_status show, to whoever may
+-- read them: a role without SELECT on them gets 42501, pg_monitor its rows.
+CREATE ROLE regress_bk_nobody;
+CREATE ROLE regress_bk_monitor IN ROLE pg_monitor;
+GRANT USAGE ON SCHEMA ordered_events TO regress_bk_nobody;
+SET ROLE regress_bk_nobody;
+SELECT * FROM ordered_events.stream_backlog('bk_wide');
+SELECT * FROM ordered_events.lane_backlog('bk_wide_keys', 'k0');
+SET ROLE regress_bk_monitor;
+SELECT pending_count, first_gap_start FROM ordered_events.stream_backlog('bk_wide');
+SELECT * FROM ordered_events.lane_backlog('bk_wide_keys', 'k0');
+SELECT pending_count FROM ordered_events.stream_stats WHERE stream = 'bk_wide';
+RESET ROLE;
+-- an unknown stream has nothing waiting; a global stream has no key lanes
+SELECT * FROM ordered_events.stream_backlog('no_such_stream');
+SELECT * FROM ordered_events.lane_backlog('bk_wide', 'k1');
+REVOKE USAGE ON SCHEMA ordered_events FROM regress_bk_nobody;
+DROP ROLE regress_bk_nobody, regress_bk_monitor;
+
 SELECT ordered_events.drop_stream(s) FROM unnest(ARRAY['bk', 'bk_keys', 'bk_wide', 'bk_wide_keys']) s;
 SELECT (SELECT count(*) FROM ordered_events.backlog_blocks) AS blocks_left,
        (SELECT count(*) FROM ordered_events.backlog_islands) AS islands_left;
