@@ -1248,8 +1248,6 @@ BEGIN
 END;
 $$;
 
-DROP FUNCTION ordered_events.carry_grants(regprocedure, regprocedure);
-
 /* ------------------------------------------------------------------------
  * 5. Each rule in one home (issue 21)
  * ------------------------------------------------------------------------
@@ -2444,6 +2442,9 @@ SELECT * FROM (
      ORDER BY w.stream, w.key, w.seq) per_key_streams;
 COMMENT ON VIEW ordered_events.pending IS
     'Accepted events that wait for a lower seq';
+
+-- Sections that change a function's signature carry its grants (above).
+DROP FUNCTION ordered_events.carry_grants(regprocedure, regprocedure);
 
 /* ------------------------------------------------------------------------
  * 12. Users' grants: the update to 0.3 repairs pg_init_privs of databases
