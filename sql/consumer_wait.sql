@@ -80,5 +80,9 @@ DROP ROLE regress_oe_cw_owner;
 -- nothing of the above consumed anything more: the position is after seq 2
 SELECT stream, consumed_count, unread_count FROM ordered_events.consumers WHERE consumer = 'cw_c';
 
+-- docs/consuming.md: a client that LISTENs on a consumer's channel
+LISTEN "ordered_events.billing";
+UNLISTEN *;
+
 SELECT ordered_events.drop_consumer('cw_c');
 SELECT ordered_events.drop_stream('cw_s');
