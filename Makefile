@@ -31,6 +31,7 @@ OBJS = \
 	src/skip_gap.o \
 	src/step.o \
 	src/table_insert.o \
+	src/wait.o \
 	src/worker.o
 PG_CPPFLAGS = -DOE_LIBRARY_VERSION='"$(EXTVERSION)"'
 

@@ -2443,6 +2443,39 @@ SELECT * FROM (
 COMMENT ON VIEW ordered_events.pending IS
     'Accepted events that wait for a lower seq';
 
+/* ------------------------------------------------------------------------
+ * 12. Waiting reads and per-consumer wake-ups (issue 24; docs/consuming.md,
+ *     "Waiting reads"): read() waits up to "wait" for a release; read() and
+ *     peek() return released_at.  New functions with the old ones' grants.
+ * ------------------------------------------------------------------------
+ */
+ALTER FUNCTION ordered_events.read(text, integer, integer) RENAME TO read_0_2;
+ALTER FUNCTION ordered_events.peek(text, integer, integer) RENAME TO peek_0_2;
+CREATE FUNCTION ordered_events.read(consumer text, max_events integer DEFAULT 1000,
+                                    partition integer DEFAULT 0, wait interval DEFAULT '0 s')
+RETURNS TABLE (stream text, seq bigint, key text, payload jsonb, event_ts timestamptz,
+               alignment_ts timestamptz, stabilized_ts timestamptz, released_at timestamptz)
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'oe_read';
+COMMENT ON FUNCTION ordered_events.read(text, integer, integer, interval) IS
+    'The next events of a consumer (partition) in merged order, waiting up to "wait" for some; consumed when the transaction commits';
+REVOKE EXECUTE ON FUNCTION ordered_events.read(text,integer,integer,interval) FROM PUBLIC;
+CREATE FUNCTION ordered_events.peek(consumer text, max_events integer DEFAULT 1000,
+                                    partition integer DEFAULT 0)
+RETURNS TABLE (stream text, seq bigint, key text, payload jsonb, event_ts timestamptz,
+               alignment_ts timestamptz, stabilized_ts timestamptz, released_at timestamptz)
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'oe_peek';
+COMMENT ON FUNCTION ordered_events.peek(text, integer, integer) IS
+    'What read() would return now, consuming nothing';
+REVOKE EXECUTE ON FUNCTION ordered_events.peek(text,integer,integer) FROM PUBLIC;
+SELECT ordered_events.carry_grants('ordered_events.read_0_2(text,integer,integer)',
+                                   'ordered_events.read(text,integer,integer,interval)');
+SELECT ordered_events.carry_grants('ordered_events.peek_0_2(text,integer,integer)',
+                                   'ordered_events.peek(text,integer,integer)');
+DROP FUNCTION ordered_events.read_0_2(text, integer, integer);
+DROP FUNCTION ordered_events.peek_0_2(text, integer, integer);
+
 -- Sections that change a function's signature carry its grants (above).
 DROP FUNCTION ordered_events.carry_grants(regprocedure, regprocedure);
 

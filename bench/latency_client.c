@@ -11,6 +11,14 @@
  *     (select() on PQsocket, PQconsumeInput, PQnotifies) for the worker's
  *     NOTIFY '<STREAM>:<range_end>' with range_end >= N + 2 and takes t1.
  *
+ *   latency_client read STREAM CONSUMER FIRST_SEQ TRIALS WARMUP SAMPLES_FILE
+ *     A waiting read: per trial the producer ingests seq N+1 (pending), the
+ *     reader sends read(CONSUMER, 100, 0, wait => '10 s') and the producer
+ *     waits until pg_stat_activity shows it sleeping (wait_event_type
+ *     'Extension'), then commits the gap-filling seq N and takes t0; t1 is
+ *     when the read's rows arrive.  The worker's release step commits and
+ *     its commit wakes the read (src/wait.c).
+ *
  *   latency_client pgq QUEUE CONSUMER TRIALS WARMUP SAMPLES_FILE MAX_SPACING_MS POLL_MS
  *     PgQ: per trial sleep a random 0..MAX_SPACING_MS (so the probe lands
  *     at a random phase of the ticker cycle), insert one event with
@@ -270,6 +278,96 @@ run_notify(int argc, char **argv)
 }
 
 static int
+run_read(int argc, char **argv)
+{
+	const char *stream,
+			   *consumer;
+	long long	seq;
+	int			trials,
+				warmup;
+	Trials		tr = {0};
+	PGconn	   *reader,
+			   *producer;
+	PGresult   *res;
+	char		reader_pid[32];
+	const char *p_pid[1] = {reader_pid};
+	const char *ingest = "SELECT ordered_events.ingest($1, $2::bigint, 'k', '{\"n\": 1}')::text";
+
+	if (argc != 8)
+	{
+		fprintf(stderr, "usage: latency_client read STREAM CONSUMER FIRST_SEQ TRIALS WARMUP SAMPLES_FILE\n");
+		return 1;
+	}
+	stream = argv[2];
+	consumer = argv[3];
+	seq = atoll(argv[4]);
+	trials = atoi(argv[5]);
+	warmup = atoi(argv[6]);
+	tr.lat = calloc(trials, sizeof(double));
+
+	reader = connect_db();
+	producer = connect_db();
+	res = exec_ok(reader, "SELECT pg_backend_pid()", 0, NULL);
+	snprintf(reader_pid, sizeof(reader_pid), "%s", PQgetvalue(res, 0, 0));
+	PQclear(res);
+
+	for (int t = 0; t < warmup + trials; t++, seq += 2)
+	{
+		char		s_hi[32],
+					s_lo[32];
+		const char *p_hi[2] = {stream, s_hi};
+		const char *p_lo[2] = {stream, s_lo};
+		const char *p_read[1] = {consumer};
+		double		t0,
+					t1;
+		bool		sleeping = false;
+
+		snprintf(s_lo, sizeof(s_lo), "%lld", seq);
+		snprintf(s_hi, sizeof(s_hi), "%lld", seq + 1);
+		PQclear(exec_ok(producer, ingest, 2, p_hi));
+
+		if (!PQsendQueryParams(reader,
+							   "SELECT count(*) FROM ordered_events.read($1, 100, 0, wait => '10 s')",
+							   1, NULL, p_read, NULL, NULL, 0))
+			die(reader, "send read");
+		for (int i = 0; i < 100000 && !sleeping; i++)
+		{
+			res = exec_ok(producer,
+						  "SELECT wait_event_type = 'Extension' FROM pg_catalog.pg_stat_activity "
+						  "WHERE pid = $1::integer", 1, p_pid);
+			sleeping = PQntuples(res) == 1 && strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+			PQclear(res);
+		}
+		if (!sleeping)
+		{
+			fprintf(stderr, "latency_client: the read does not sleep\n");
+			return 2;
+		}
+
+		PQclear(exec_ok(producer, ingest, 2, p_lo));
+		t0 = now_ms();
+		res = PQgetResult(reader);
+		t1 = now_ms();
+		if (PQresultStatus(res) != PGRES_TUPLES_OK)
+			die(reader, "read");
+		if (atoi(PQgetvalue(res, 0, 0)) < 1)
+			t1 = -1;			/* it waited 10 s for nothing */
+		PQclear(res);
+		while ((res = PQgetResult(reader)) != NULL)
+			PQclear(res);
+		if (!record_trial(&tr, t, warmup, t0, t1, 10000))
+		{
+			fprintf(stderr, "latency_client: no read woken for 3 trials in a row: is the worker running?\n");
+			return 2;
+		}
+	}
+	summarize(tr.lat, tr.n, tr.timeouts, argv[7]);
+	PQfinish(reader);
+	PQfinish(producer);
+	return 0;
+}
+
+static int
 run_pgq(int argc, char **argv)
 {
 	const char *queue,
@@ -362,8 +460,10 @@ main(int argc, char **argv)
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (argc > 1 && strcmp(argv[1], "notify") == 0)
 		return run_notify(argc, argv);
+	if (argc > 1 && strcmp(argv[1], "read") == 0)
+		return run_read(argc, argv);
 	if (argc > 1 && strcmp(argv[1], "pgq") == 0)
 		return run_pgq(argc, argv);
-	fprintf(stderr, "usage: latency_client notify|pgq ...\n");
+	fprintf(stderr, "usage: latency_client notify|read|pgq ...\n");
 	return 1;
 }

@@ -37,7 +37,7 @@ GRANT EXECUTE ON FUNCTION
     ordered_events.create_consumer(text, integer, regprocedure, text, text, interval, text, integer, interval),
     ordered_events.subscribe(text, text, interval, text),
     ordered_events.process(text, integer, integer),
-    ordered_events.read(text, integer, integer)
+    ordered_events.read(text, integer, integer, interval)
 TO regress_oe_hl_owner;
 -- the caller of issue 20: EXECUTE on process(), nothing else
 GRANT EXECUTE ON FUNCTION ordered_events.process(text, integer, integer) TO regress_oe_hl_caller;

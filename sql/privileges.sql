@@ -112,7 +112,7 @@ GRANT EXECUTE ON FUNCTION ordered_events.create_consumer(text, integer, regproce
                           ordered_events.subscribe(text, text, interval, text),
                           ordered_events.unsubscribe(text, text),
                           ordered_events.drop_consumer(text),
-                          ordered_events.read(text, integer, integer),
+                          ordered_events.read(text, integer, integer, interval),
                           ordered_events.peek(text, integer, integer) TO consumer;
 GRANT pg_monitor TO monitor;
 -- handlers: the role whose handler runs, one that calls process(), one that reads the output
@@ -235,7 +235,7 @@ GRANT EXECUTE ON FUNCTION
     ordered_events.drop_consumer(text),
     ordered_events.subscribe(text, text, interval, text),
     ordered_events.unsubscribe(text, text),
-    ordered_events.read(text, integer, integer),
+    ordered_events.read(text, integer, integer, interval),
     ordered_events.peek(text, integer, integer),
     ordered_events.process(text, integer, integer)
   TO regress_oe_api, regress_oe_noinherit;

@@ -195,6 +195,7 @@ typedef struct Reader
 	bool		in_run;			/* a log row's events are being scanned */
 	int64		run_delivery;
 	int64		run_end;
+	TimestampTz run_released_at;
 	text	   *run_lane;		/* in log_slot, which keeps its row meanwhile */
 	ScanKeyData event_keys[3];
 
@@ -350,6 +351,8 @@ next_run(Reader *r, ReadContext *cx)
 		r->run_lane = lane;
 		r->run_delivery = delivery;
 		r->run_end = DatumGetInt64(slot_getattr(r->log_slot, Anum_oe_log_seq_end, &isnull));
+		r->run_released_at = DatumGetTimestampTz(slot_getattr(r->log_slot,
+															  Anum_oe_log_released_at, &isnull));
 		ScanKeyInit(&r->event_keys[0], 1, BTEqualStrategyNumber, F_INT4EQ,
 					Int32GetDatum(r->stream_id));
 		ScanKeyInit(&r->event_keys[1], 2, BTEqualStrategyNumber, F_TEXTEQ,
@@ -417,6 +420,7 @@ next_event(Reader *r, ReadContext *cx)
 			r->head.received_at = DatumGetTimestampTz(slot_getattr(slot,
 																   Anum_oe_event_received_at,
 																   &isnull));
+			r->head.released_at = r->run_released_at;
 			r->head.last_event = DatumGetBool(slot_getattr(slot, Anum_oe_event_last_event,
 														   &isnull));
 			r->head.arrival = DatumGetInt64(slot_getattr(slot, Anum_oe_event_arrival, &isnull));
@@ -726,8 +730,8 @@ static void
 put_row(const OeReadEvent *event, void *arg)
 {
 	ReturnSetInfo *rsinfo = arg;
-	Datum		values[7];
-	bool		nulls[7] = {0};
+	Datum		values[8];
+	bool		nulls[8] = {0};
 
 	values[0] = PointerGetDatum(event->stream);
 	values[1] = Int64GetDatum(event->seq);
@@ -737,6 +741,7 @@ put_row(const OeReadEvent *event, void *arg)
 	values[4] = TimestampTzGetDatum(event->event_ts);
 	values[5] = TimestampTzGetDatum(event->alignment_ts);
 	values[6] = TimestampTzGetDatum(event->stabilized_ts);
+	values[7] = TimestampTzGetDatum(event->released_at);
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 }
 
@@ -763,7 +768,7 @@ oe_consumer_args(FunctionCallInfo fcinfo, const char *takes)
 	return max_events;
 }
 
-/* read() and peek(): "consume" says which. */
+/* read() and peek(): "consume" says which; read() may wait. */
 static Datum
 read_consumer(FunctionCallInfo fcinfo, bool consume)
 {
@@ -771,10 +776,15 @@ read_consumer(FunctionCallInfo fcinfo, bool consume)
 	OeConsumer	consumer;
 	OeInternalScope scope;
 	int32		max_events;
+	TimestampTz deadline = 0;
 
 	max_events = oe_consumer_args(fcinfo, consume ? "read() returns" : "peek() returns");
 	if (consume)
+	{
+		oe_check_not_null(fcinfo, 3, "wait");
+		deadline = oe_wait_deadline(PG_GETARG_INTERVAL_P(3), "read()");
 		PreventCommandIfReadOnly("read()");
+	}
 
 	InitMaterializedSRF(fcinfo, 0);
 
@@ -791,15 +801,29 @@ read_consumer(FunctionCallInfo fcinfo, bool consume)
 						   consumer.handler),
 				 errhint("See the views ordered_events.key_state and ordered_events.results; "
 						 "ordered_events.process() applies events by hand.")));
-	(void) oe_consumer_take(&consumer, max_events, consume, put_row, fcinfo->resultinfo);
+	if (consume)
+		oe_consumer_lock(&consumer);
+
+	/*
+	 * Look, and while nothing is unread and the deadline is ahead, sleep
+	 * until a release commits and look again (wait.c).
+	 */
+	for (;;)
+	{
+		uint64		seen = oe_release_generation();
+
+		if (oe_consumer_take(&consumer, max_events, consume, put_row, fcinfo->resultinfo) > 0 ||
+			deadline == 0 || !oe_wait_for_release(seen, deadline))
+			break;
+	}
 	oe_internal_end(&scope);
 	return (Datum) 0;
 }
 
 /*
  * read(consumer text, max_events integer DEFAULT 1000, partition integer
- * DEFAULT 0) returns table (stream, seq, key, payload, event_ts,
- * alignment_ts, stabilized_ts)
+ * DEFAULT 0, wait interval DEFAULT '0 s') returns table (stream, seq, key,
+ * payload, event_ts, alignment_ts, stabilized_ts, released_at)
  */
 PG_FUNCTION_INFO_V1(oe_read);
 Datum
@@ -808,7 +832,7 @@ oe_read(PG_FUNCTION_ARGS)
 	return read_consumer(fcinfo, true);
 }
 
-/* peek(): the same arguments and rows as read(); consumes nothing. */
+/* peek(): the arguments of read() but wait, and its rows; consumes nothing. */
 PG_FUNCTION_INFO_V1(oe_peek);
 Datum
 oe_peek(PG_FUNCTION_ARGS)

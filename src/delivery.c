@@ -30,7 +30,9 @@
 
 #include "catalog/pg_collation.h"
 #include "catalog/pg_type.h"
+#include "commands/async.h"
 #include "common/hashfn.h"
+#include "lib/stringinfo.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
@@ -49,7 +51,8 @@ enum
 	PLAN_PARTITION_COUNTS,
 	PLAN_LAST_DELIVERY,
 	PLAN_LOG,
-	PLAN_ADD_TOTALS
+	PLAN_ADD_TOTALS,
+	PLAN_CONSUMERS
 };
 
 static OePlan plans[] = {
@@ -79,6 +82,15 @@ static OePlan plans[] = {
 		"  AS a(partitions, partition, released_count, lag_sum) "
 		"WHERE t.stream_id = $1 AND t.partitions = a.partitions AND t.partition = a.partition",
 		5, {INT4OID, INT4ARRAYOID, INT4ARRAYOID, INT8ARRAYOID, TEXTARRAYOID}
+	},
+	/* the consumers of the stream whose channel name fits (wake_consumers()) */
+	[PLAN_CONSUMERS] = {
+		"SELECT c.consumer, c.partitions FROM ordered_events.subscription s "
+		"JOIN ordered_events.consumer_def c ON c.consumer_id = s.consumer_id "
+		"WHERE s.stream_id = $1 AND s.partition = 0 "
+		"  AND pg_catalog.octet_length(c.consumer) <= " CppAsString2(OE_MAX_CHANNEL_CONSUMER) " "
+		"ORDER BY c.consumer",
+		1, {INT4OID}
 	},
 };
 
@@ -356,7 +368,59 @@ add_totals(OeStep *step)
 	oe_run_plan(&plans[PLAN_ADD_TOTALS], values, NULL, SPI_OK_UPDATE);
 }
 
-/* End a step: log its runs in delivery order and add its counts. */
+/* The step's counts for a partition count, or NULL. */
+static const OeTotals *
+totals_for(const OeStep *step, int32 partitions)
+{
+	for (int i = 0; i < step->ntotals; i++)
+		if (step->totals[i].partitions == partitions)
+			return &step->totals[i];
+	return NULL;
+}
+
+/*
+ * NOTIFY "ordered_events.<consumer>" for each consumer of the stream that
+ * the step gave unread events, with the partitions that got some ('0,3'),
+ * delivered at commit.  A consumer name longer than OE_MAX_CHANNEL_CONSUMER
+ * bytes makes no channel name: that consumer has only the shared channel.
+ */
+static void
+wake_consumers(const OeStep *step)
+{
+	Datum		id = Int32GetDatum(step->stream->stream_id);
+	uint64		n;
+	SPITupleTable *rows;
+
+	oe_run_plan(&plans[PLAN_CONSUMERS], &id, NULL, SPI_OK_SELECT);
+	n = SPI_processed;
+	rows = SPI_tuptable;
+	for (uint64 i = 0; i < n; i++)
+	{
+		bool		isnull;
+		char	   *consumer = TextDatumGetCString(SPI_getbinval(rows->vals[i], rows->tupdesc,
+																 1, &isnull));
+		const OeTotals *totals = totals_for(step, DatumGetInt32(SPI_getbinval(rows->vals[i],
+																			  rows->tupdesc,
+																			  2, &isnull)));
+		StringInfoData partitions;
+
+		if (totals == NULL)
+			continue;
+		initStringInfo(&partitions);
+		for (int p = 0; p < totals->partitions; p++)
+			if (totals->count[p] > 0)
+				appendStringInfo(&partitions, "%s%d", partitions.len > 0 ? "," : "", p);
+		if (partitions.len > 0)
+			Async_Notify(psprintf("ordered_events.%s", consumer), partitions.data);
+	}
+	SPI_freetuptable(rows);
+}
+
+/*
+ * End a step: log its runs in delivery order and add its counts; if it
+ * released events, wake their consumers at commit (their channels and the
+ * waiting reads, wait.c).
+ */
 void
 oe_step_finish(OeStep *step)
 {
@@ -364,4 +428,9 @@ oe_step_finish(OeStep *step)
 		return;
 	log_runs(step);
 	add_totals(step);
+	if (step->totals != NULL)
+	{
+		oe_note_released();
+		wake_consumers(step);
+	}
 }

@@ -101,6 +101,7 @@ _PG_init(void)
 	define_gucs();
 	oe_catalog_init();
 	oe_shmem_init();
+	oe_wait_init();
 	oe_handler_init();
 	if (process_shared_preload_libraries_in_progress)
 		oe_worker_init();

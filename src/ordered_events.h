@@ -20,6 +20,8 @@
 #include "executor/spi.h"
 #include "executor/tuptable.h"
 #include "nodes/pg_list.h"
+#include "port/atomics.h"
+#include "storage/condition_variable.h"
 #include "storage/latch.h"
 #include "storage/lwlock.h"
 #include "storage/spin.h"
@@ -335,6 +337,7 @@ typedef struct OeReadEvent
 	TimestampTz alignment_ts;
 	TimestampTz stabilized_ts;
 	TimestampTz received_at;
+	TimestampTz released_at;
 	int64		arrival;
 } OeReadEvent;
 
@@ -443,6 +446,18 @@ typedef struct OeStoppedCall
 	TimestampTz stopped_at;
 } OeStoppedCall;
 
+/* Waiting reads (wait.c): a generation and a condition variable per channel. */
+#define OE_WAIT_CHANNELS	16	/* a database waits on channel dboid % this */
+#define OE_MAX_WAIT_SECS	3600	/* the longest wait of read() and receive() */
+/* The longest consumer name whose channel "ordered_events.<consumer>" fits in a name. */
+#define OE_MAX_CHANNEL_CONSUMER	(NAMEDATALEN - 1 - 15)
+
+typedef struct OeWaitChannel
+{
+	pg_atomic_uint64 generation;	/* commits of transactions that released */
+	ConditionVariable released;
+} OeWaitChannel;
+
 typedef struct OeShared
 {
 	LWLock	   *lock;
@@ -453,6 +468,7 @@ typedef struct OeShared
 	int			arrival_victim; /* the entry a new database takes next */
 	OeArrivalBlock arrival[OE_ARRIVAL_BLOCKS];
 	OeStoppedCall stopped[OE_STOPPED_CALLS];	/* under lock */
+	OeWaitChannel wait[OE_WAIT_CHANNELS];
 } OeShared;
 
 /* GUCs (ordered_events.c) */
@@ -517,6 +533,14 @@ extern void oe_dead_letter(const char *stream, int64 seq, text *key, void *paylo
 						   TimestampTz received_at, const char *consumer);
 extern void oe_dead_letter_row(const char *stream, uint64 row, OeOutcome reason,
 							   const char *detail);
+
+/* wait.c */
+extern void oe_wait_init(void);
+extern void oe_wait_shmem_init(OeShared *shared);
+extern void oe_note_released(void);
+extern TimestampTz oe_wait_deadline(Interval *wait, const char *function);
+extern uint64 oe_release_generation(void);
+extern bool oe_wait_for_release(uint64 seen, TimestampTz deadline);
 
 /* consumer_read.c */
 extern int32 oe_consumer_args(FunctionCallInfo fcinfo, const char *takes);

@@ -96,6 +96,7 @@ shmem_startup(void)
 		memset(oe_shared, 0, sizeof(OeShared));
 		oe_shared->lock = &(GetNamedLWLockTranche("ordered_events"))->lock;
 		SpinLockInit(&oe_shared->arrival_lock);
+		oe_wait_shmem_init(oe_shared);
 	}
 	LWLockRelease(AddinShmemInitLock);
 }

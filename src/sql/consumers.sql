@@ -571,18 +571,18 @@ COMMENT ON FUNCTION ordered_events.unsubscribe(text, text) IS
     'Unsubscribe a consumer from a stream: its position there is forgotten';
 REVOKE EXECUTE ON FUNCTION ordered_events.unsubscribe(text,text) FROM PUBLIC;
 CREATE FUNCTION ordered_events.read(consumer text, max_events integer DEFAULT 1000,
-                                    partition integer DEFAULT 0)
+                                    partition integer DEFAULT 0, wait interval DEFAULT '0 s')
 RETURNS TABLE (stream text, seq bigint, key text, payload jsonb, event_ts timestamptz,
-               alignment_ts timestamptz, stabilized_ts timestamptz)
+               alignment_ts timestamptz, stabilized_ts timestamptz, released_at timestamptz)
 LANGUAGE c VOLATILE
 AS 'MODULE_PATHNAME', 'oe_read';
-COMMENT ON FUNCTION ordered_events.read(text, integer, integer) IS
-    'The next events of a consumer (partition) in merged order; consumed when the transaction commits';
-REVOKE EXECUTE ON FUNCTION ordered_events.read(text,integer,integer) FROM PUBLIC;
+COMMENT ON FUNCTION ordered_events.read(text, integer, integer, interval) IS
+    'The next events of a consumer (partition) in merged order, waiting up to "wait" for some; consumed when the transaction commits';
+REVOKE EXECUTE ON FUNCTION ordered_events.read(text,integer,integer,interval) FROM PUBLIC;
 CREATE FUNCTION ordered_events.peek(consumer text, max_events integer DEFAULT 1000,
                                     partition integer DEFAULT 0)
 RETURNS TABLE (stream text, seq bigint, key text, payload jsonb, event_ts timestamptz,
-               alignment_ts timestamptz, stabilized_ts timestamptz)
+               alignment_ts timestamptz, stabilized_ts timestamptz, released_at timestamptz)
 LANGUAGE c VOLATILE
 AS 'MODULE_PATHNAME', 'oe_peek';
 COMMENT ON FUNCTION ordered_events.peek(text, integer, integer) IS

@@ -107,7 +107,7 @@ GRANT EXECUTE ON FUNCTION
     ordered_events.drop_consumer(text),
     ordered_events.subscribe(text, text, interval, text),
     ordered_events.unsubscribe(text, text),
-    ordered_events.read(text, integer, integer),
+    ordered_events.read(text, integer, integer, interval),
     ordered_events.peek(text, integer, integer),
     ordered_events.process(text, integer, integer),
     ordered_events.redrive(text, text),

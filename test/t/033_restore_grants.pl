@@ -108,7 +108,7 @@ unlike($log, qr/HINT:  .*worker_status|ordered_events could not/, '... and no er
 $node->safe_psql('postgres', q{
 	GRANT EXECUTE ON FUNCTION ordered_events.create_consumer(text, integer, regprocedure, text, text, interval, text, integer, interval),
 	                          ordered_events.subscribe(text, text, interval, text),
-	                          ordered_events.read(text, integer, integer) TO consumer;
+	                          ordered_events.read(text, integer, integer, interval) TO consumer;
 	SET ROLE consumer;
 	SELECT ordered_events.create_consumer('c');
 	SELECT ordered_events.subscribe('c', 'g', start => 'beginning');
