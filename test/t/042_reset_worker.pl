@@ -12,6 +12,14 @@
 # The handler appends each event's seq to its key's state, after reading a
 # row of public.gate FOR SHARE: a session that holds that row FOR UPDATE
 # keeps the worker's step inside the handler, observed in pg_locks.
+#
+# Then a handler call stopped past its time limit (docs/handlers.md, "A
+# time limit"): its worker is stopped, and the next step would make the
+# event a dead letter without calling the handler.  A reset waiting for
+# that worker's step gets the partition when the worker exits, and forgets
+# the stopped call with the rest: the rebuild calls the handler for the
+# event again (a sequence counts the calls), and, the handler fixed
+# meanwhile, applies it; no dead letter.
 
 use strict;
 use warnings;
@@ -111,6 +119,64 @@ is( $node->safe_psql('postgres', q{
 	SELECT (SELECT count(*) FROM ordered_events.unprocessed) || '/'
 	       || (SELECT count(*) FROM ordered_events.worker_status WHERE last_error IS NOT NULL)}),
 	'0/0', 'no dead letter, no worker error');
+
+#
+# 2. A stopped call is forgotten.
+#
+$node->safe_psql('postgres', q{
+	CREATE TABLE public.hang (on_ boolean NOT NULL);
+	INSERT INTO public.hang VALUES (true);
+	CREATE SEQUENCE public.loop_calls;
+	CREATE FUNCTION public.h(state jsonb, e ordered_events.event)
+	RETURNS ordered_events.step LANGUAGE plpgsql AS $$
+	BEGIN
+		IF e.payload ->> 't' = 'loop' THEN
+			PERFORM pg_catalog.nextval('public.loop_calls');
+			WHILE (SELECT on_ FROM public.hang) LOOP
+				BEGIN
+					PERFORM pg_catalog.pg_sleep(0.1);
+				EXCEPTION WHEN query_canceled THEN
+					NULL;
+				END;
+			END LOOP;
+		END IF;
+		RETURN ROW(pg_catalog.jsonb_build_object('n', coalesce((state ->> 'n')::int, 0) + 1),
+		           NULL)::ordered_events.step;
+	END $$;
+	SELECT ordered_events.create_stream('s2');
+	SELECT ordered_events.create_consumer('stuck', handler => 'public.h(jsonb, ordered_events.event)',
+	                                      handler_timeout => '2 s');
+	SELECT ordered_events.subscribe('stuck', 's2');
+	INSERT INTO ordered_events.inbox (stream, seq, key, payload)
+	SELECT 's2', g, 'k' || g, jsonb_build_object('t', CASE WHEN g = 2 THEN 'loop' END)
+	  FROM generate_series(1, 3) g;
+});
+ok( $node->poll_query_until('postgres', q{SELECT last_value FROM public.loop_calls}, '1'),
+	'the handler of stuck loops in a processing worker');
+
+$resetter = $node->background_psql('postgres');
+$resetter->query_safe('BEGIN');
+OrderedEvents::send_query($resetter, "SELECT ordered_events.reset_consumer('stuck');");
+ok( $node->poll_query_until('postgres', q{
+	SELECT count(*) = 1 FROM pg_stat_activity
+	 WHERE wait_event_type = 'Lock' AND query LIKE '%reset_consumer(''stuck'')%'}),
+	'reset_consumer() waits for the step whose handler loops');
+# The worker is stopped; the reset gets the partition and returns.
+is($resetter->query_safe('SELECT 1'), "3\n1", 'the reset returned the three events as unread');
+$node->safe_psql('postgres', 'UPDATE public.hang SET on_ = false');
+$resetter->query_safe('COMMIT');
+$resetter->quit;
+
+ok( $node->poll_query_until('postgres', q{
+	SELECT sum(processed_count) FROM ordered_events.key_state WHERE consumer = 'stuck'}, '3'),
+	'the worker rebuilt stuck');
+is( $node->safe_psql('postgres', q{
+	SELECT string_agg(key || ':' || processed_count || '/' || error_count, ' ' ORDER BY key)
+	       || ' calls ' || (SELECT last_value FROM public.loop_calls)
+	       || ' dead ' || (SELECT count(*) FROM ordered_events.unprocessed WHERE consumer = 'stuck')
+	  FROM ordered_events.key_state WHERE consumer = 'stuck'}),
+	'k1:1/0 k2:1/0 k3:1/0 calls 2 dead 0',
+	'the stopped event was called again and applied, no dead letter');
 
 $node->stop;
 done_testing();
