@@ -15,8 +15,13 @@
 --
 -- No background worker serves this database: process() applies the events.
 -- A reset concurrent with a processing step is
--- test/isolation/specs/consumer_reset_process.spec.
+-- test/isolation/specs/consumer_reset_process.spec, one concurrent with a
+-- processing worker test/t/042_reset_worker.pl.  The results take
+-- positions from the sequence that all consumers share, which is put back
+-- as it was at the end, for the positions the docs' pages print.
 --
+SELECT last_value AS result_position, is_called::text AS result_position_called
+  FROM ordered_events.result_position_seq \gset
 SET TimeZone = 'UTC';
 SET DateStyle = 'ISO, YMD';
 SET IntervalStyle = 'postgres';
@@ -393,3 +398,5 @@ REVOKE EXECUTE ON FUNCTION
     ordered_events.reset_consumer(text)
   FROM regress_rb_api;
 DROP ROLE regress_rb_member, regress_rb_owner, regress_rb_other, regress_rb_api;
+SELECT setval('ordered_events.result_position_seq', :result_position, :'result_position_called')
+    AS result_position \gset
