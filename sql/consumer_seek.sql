@@ -161,6 +161,12 @@ SELECT * FROM pg_temp.seen('sk_c');
 SELECT ordered_events.seek('sk_c', 'sk_p');
 SELECT * FROM pg_temp.seen('sk_c');
 SELECT * FROM pg_temp.read_all('sk_c', 2);
+-- By time: its one step released a run per key (a, b, c, in delivery
+-- order), each with its own time here; from b's on, a stays read.
+SELECT * FROM pg_temp.set_clocks('sk_p');
+SELECT ordered_events.seek('sk_c', 'sk_p', released_at => '2026-01-01 11:00:00+00');
+SELECT * FROM pg_temp.seen('sk_c');
+SELECT * FROM pg_temp.read_all('sk_c', 2);
 
 ------------------------------------------------------------------------
 -- 2. A seek and reads in one transaction
