@@ -2476,6 +2476,216 @@ SELECT ordered_events.carry_grants('ordered_events.peek_0_2(text,integer,integer
 DROP FUNCTION ordered_events.read_0_2(text, integer, integer);
 DROP FUNCTION ordered_events.peek_0_2(text, integer, integer);
 
+/* ------------------------------------------------------------------------
+ * 15. Seek and rebuild (issue 24; docs/consuming.md, "Replay: seek and
+ *     rebuild"): seek() and reset_consumer(), new functions.
+ * ------------------------------------------------------------------------
+ */
+
+-- reset_consumer(): the handler is called again for the events of calls stopped past their limit.
+CREATE FUNCTION ordered_events.forget_stopped_calls(consumer_id integer, partitions integer)
+RETURNS void
+LANGUAGE c VOLATILE STRICT
+AS 'MODULE_PATHNAME', 'oe_forget_stopped_calls';
+COMMENT ON FUNCTION ordered_events.forget_stopped_calls(integer, integer) IS
+    'Internal: forget the stopped handler calls of a consumer when this transaction commits';
+REVOKE EXECUTE ON FUNCTION ordered_events.forget_stopped_calls(integer,integer) FROM PUBLIC;
+/*
+ * Move a consumer's positions in streams, in every partition (seek() and
+ * reset_consumer()): to 'beginning' or 'now' as subscribe() places them,
+ * or with released_at before the first release run (by delivery) released
+ * at or after it.  Each partition's taken_* become what is before the new
+ * position: the stream's totals minus the events read() finds after it
+ * (the release runs after the position, that partition's events in them,
+ * none in a skipped run not settled yet), so that unread_count is what
+ * read() returns, whatever a retention deleted.  Returns the unread count
+ * after it, over the streams and partitions.  consumed_count stays: events
+ * read again are counted again.  The position becomes committed for this
+ * transaction (read_xid and base_* cleared): a read() after it in the same
+ * transaction starts from it.
+ *
+ * Locks: the subscription rows of the streams, in read()'s order (by
+ * partition, then stream), so that a read or processing step of the
+ * consumer in progress ends first and the next waits for this transaction;
+ * then the streams' release locks, so that no release step or compaction
+ * changes what is counted until this transaction ends.  It refuses
+ * REPEATABLE READ and SERIALIZABLE (25000), as compaction does: a snapshot
+ * taken before the locks could count events a compaction deleted meanwhile.
+ */
+CREATE FUNCTION ordered_events.seek_streams(c ordered_events.consumer_def, stream_ids integer[],
+                                            start text, released_at timestamptz, caller regrole)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    d ordered_events.stream_def;
+    first_run bigint;
+    after_run bigint;
+    whole boolean;
+    total bigint := 0;
+BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'cannot seek consumer "%" in a % transaction', c.consumer,
+                        current_setting('transaction_isolation')
+            USING ERRCODE = 'invalid_transaction_state',
+                  DETAIL = 'A seek counts the events it makes unread once it holds the streams'' locks; this transaction''s snapshot may predate a compaction that deleted some of them.',
+                  HINT = 'Call it in a READ COMMITTED transaction.';
+    END IF;
+    PERFORM FROM ordered_events.subscription s
+     WHERE s.consumer_id = c.consumer_id AND s.stream_id = ANY (stream_ids)
+     ORDER BY s.partition, s.stream_id
+       FOR UPDATE;
+    PERFORM ordered_events.lock_streams(stream_ids);
+    FOR d IN SELECT * FROM ordered_events.stream_def x
+              WHERE x.stream_id = ANY (stream_ids) ORDER BY x.stream_id
+    LOOP
+        -- its owner reads the stream through it (a consumer of 0.2 without one: the caller)
+        PERFORM ordered_events.check_stream_privilege(d.stream, 'read', coalesce(c.owner, caller));
+        first_run := NULL;
+        after_run := 0;
+        IF seek_streams.released_at IS NOT NULL THEN
+            SELECT l.delivery INTO first_run FROM ordered_events.lane_release_log l
+             WHERE l.stream_id = d.stream_id AND l.released_at >= seek_streams.released_at
+             ORDER BY l.delivery LIMIT 1;
+        END IF;
+        IF seek_streams.released_at IS NOT NULL OR start = 'now' THEN
+            -- after the last run before it (none: every run is after it)
+            SELECT coalesce(max(l.delivery), 0) INTO after_run FROM ordered_events.lane_release_log l
+             WHERE l.stream_id = d.stream_id AND (first_run IS NULL OR l.delivery < first_run);
+        END IF;
+        -- every event released is still there: nothing is before the position
+        whole := after_run = 0 AND NOT d.retains_events;
+        WITH kept AS (
+            SELECT ordered_events.key_partition(CASE WHEN d.sequencing = 'per_key' THEN e.lane
+                                                     ELSE e.key END, c.partitions) AS partition,
+                   count(*) AS released_count,
+                   sum(ordered_events.lag_us(e.event_ts, e.alignment_ts)) AS lag_sum
+              FROM ordered_events.lane_release_log l
+              JOIN ordered_events.event_store e
+                ON e.stream_id = l.stream_id AND e.lane = l.lane
+               AND e.seq >= l.seq_start AND e.seq < l.seq_end
+             WHERE NOT whole AND l.stream_id = d.stream_id AND l.delivery > after_run
+               AND NOT EXISTS (SELECT FROM ordered_events.gap_skips g
+                                WHERE g.stream_id = e.stream_id AND g.lane = e.lane
+                                  AND NOT g.settled AND e.seq BETWEEN g.gap_start AND g.gap_end)
+             GROUP BY 1
+        ), moved AS (
+            UPDATE ordered_events.subscription s
+               SET read_delivery = after_run, read_seq = 9223372036854775807,
+                   taken_count = CASE WHEN whole THEN 0
+                                      ELSE t.released_count - coalesce(u.released_count, 0) END,
+                   taken_lag = CASE WHEN whole THEN 0 ELSE t.lag_sum - coalesce(u.lag_sum, 0) END,
+                   read_xid = NULL, base_delivery = NULL, base_seq = NULL, base_count = NULL,
+                   base_lag = NULL
+              FROM ordered_events.release_totals t
+              LEFT JOIN kept u ON u.partition = t.partition
+             WHERE s.consumer_id = c.consumer_id AND s.stream_id = d.stream_id
+               AND t.stream_id = d.stream_id AND t.partitions = c.partitions
+               AND t.partition = s.partition
+            RETURNING t.released_count - s.taken_count AS unread_count
+        )
+        SELECT total + coalesce(sum(m.unread_count), 0) INTO total FROM moved m;
+    END LOOP;
+    IF c.handler IS NOT NULL THEN
+        PERFORM ordered_events.wake_worker();
+    END IF;
+    RETURN total;
+END;
+$$;
+COMMENT ON FUNCTION ordered_events.seek_streams(ordered_events.consumer_def, integer[], text, timestamptz, regrole) IS
+    'Internal: move a consumer''s positions in streams, every partition; the unread count after it';
+REVOKE EXECUTE ON FUNCTION ordered_events.seek_streams(ordered_events.consumer_def,integer[],text,timestamp with time zone,regrole) FROM PUBLIC;
+CREATE FUNCTION ordered_events.seek_as(consumer text, stream text, start text,
+                                       released_at timestamptz, caller regrole)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    c ordered_events.consumer_def;
+    d ordered_events.stream_def;
+BEGIN
+    PERFORM ordered_events.check_not_null('consumer', consumer IS NULL);
+    PERFORM ordered_events.check_not_null('stream', stream IS NULL);
+    PERFORM ordered_events.check_not_null('start', start IS NULL AND released_at IS NULL);
+    IF released_at IS NULL AND start NOT IN ('beginning', 'now') THEN
+        PERFORM ordered_events.invalid_option('start', start,
+            'Use ''beginning'' (the first event the stream keeps) or ''now'' (only events released from now on), or pass released_at.');
+    END IF;
+    IF released_at IS NOT NULL AND start <> 'beginning' THEN
+        PERFORM ordered_events.invalid_option('start', start,
+            'With released_at the seek goes to the first event released at or after it: leave start out, or pass NULL.');
+    END IF;
+    c := ordered_events.consumer_to_change(consumer, caller);
+    d := ordered_events.stream_or_error(stream);
+    IF NOT EXISTS (SELECT FROM ordered_events.subscription s
+                    WHERE s.consumer_id = c.consumer_id AND s.stream_id = d.stream_id) THEN
+        RAISE EXCEPTION 'consumer "%" is not subscribed to stream "%"', consumer, stream
+            USING ERRCODE = 'undefined_object',
+                  HINT = 'Subscribe it with ordered_events.subscribe(), which takes a start too; the view ordered_events.consumers lists the subscriptions.';
+    END IF;
+    RETURN ordered_events.seek_streams(c, ARRAY[d.stream_id], coalesce(start, 'beginning'),
+                                       released_at, caller);
+END;
+$$;
+COMMENT ON FUNCTION ordered_events.seek_as(text, text, text, timestamptz, regrole) IS
+    'Internal: seek() once it knows the calling role';
+REVOKE EXECUTE ON FUNCTION ordered_events.seek_as(text,text,text,timestamp with time zone,regrole) FROM PUBLIC;
+CREATE FUNCTION ordered_events.seek(
+    consumer text,
+    stream text,
+    start text DEFAULT 'beginning',
+    released_at timestamptz DEFAULT NULL)
+RETURNS bigint
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'oe_call_as_caller';
+COMMENT ON FUNCTION ordered_events.seek(text, text, text, timestamptz) IS
+    'Move a consumer''s position in a stream, every partition: to ''beginning'', ''now'', or the first event released at or after released_at; returns the unread count; for its owner';
+REVOKE EXECUTE ON FUNCTION ordered_events.seek(text,text,text,timestamp with time zone) FROM PUBLIC;
+/*
+ * reset_consumer(): a rebuild.  A handler consumer's key states, results,
+ * parked events (retries, held keys, re-driven dead letters) and dead
+ * letters go, and so do the handler calls recorded as stopped (at commit),
+ * so that the handler is called for those events again; then every stream
+ * is sought to the beginning, which first waits for a processing step in
+ * progress and holds back the next until this transaction ends.  What the
+ * handler appended to its output stream stays: the rebuild appends again.
+ */
+CREATE FUNCTION ordered_events.reset_consumer_as(consumer text, caller regrole)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    c ordered_events.consumer_def := ordered_events.consumer_to_change(consumer, caller);
+    unread bigint;
+BEGIN
+    unread := ordered_events.seek_streams(c, ARRAY(SELECT DISTINCT s.stream_id
+                                                     FROM ordered_events.subscription s
+                                                    WHERE s.consumer_id = c.consumer_id),
+                                          'beginning', NULL, caller);
+    DELETE FROM ordered_events.handler_state k WHERE k.consumer_id = c.consumer_id;
+    DELETE FROM ordered_events.handler_parked p WHERE p.consumer_id = c.consumer_id;
+    DELETE FROM ordered_events.handler_result r WHERE r.consumer_id = c.consumer_id;
+    DELETE FROM ordered_events.unprocessed u WHERE u.consumer = c.consumer;
+    IF c.handler IS NOT NULL THEN
+        PERFORM ordered_events.forget_stopped_calls(c.consumer_id, c.partitions);
+    END IF;
+    RETURN unread;
+END;
+$$;
+COMMENT ON FUNCTION ordered_events.reset_consumer_as(text, regrole) IS
+    'Internal: reset_consumer() once it knows the calling role';
+REVOKE EXECUTE ON FUNCTION ordered_events.reset_consumer_as(text,regrole) FROM PUBLIC;
+CREATE FUNCTION ordered_events.reset_consumer(consumer text)
+RETURNS bigint
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'oe_call_as_caller';
+COMMENT ON FUNCTION ordered_events.reset_consumer(text) IS
+    'Rebuild a consumer: forget a handler''s key states, results and dead letters, and seek every stream to the beginning; returns the unread count; for its owner';
+REVOKE EXECUTE ON FUNCTION ordered_events.reset_consumer(text) FROM PUBLIC;
+
 -- Sections that change a function's signature carry its grants (above).
 DROP FUNCTION ordered_events.carry_grants(regprocedure, regprocedure);
 

@@ -50,7 +50,8 @@
  * process()).  On its way out, a before_shmem_exit callback records the
  * call in shared memory (shmem.c, "stopped calls"); the next step of that
  * consumer partition, in whatever backend, makes the event a dead letter
- * without calling the handler, and forgets the record when it commits.
+ * without calling the handler, and forgets the record when it commits
+ * (reset_consumer() forgets them too: the rebuild calls the handler again).
  * Signal handlers here only set flags: everything else happens in normal
  * context.  A crash restart of the server forgets the records.
  *
@@ -1423,6 +1424,35 @@ take_stopped_calls(Step *step)
 		if (found || step->nevents < step->requested)
 			forget_at_commit(&calls[c]);
 	}
+}
+
+/*
+ * forget_stopped_calls(consumer_id integer, partitions integer) returns
+ * void: reset_consumer() forgets the stopped calls of every partition of
+ * the consumer when its transaction commits, so that the rebuild calls the
+ * handler for those events again instead of making them dead letters.
+ * Called once the partitions are locked: a step stopped before recorded its
+ * call on its way out, before its locks went, and none runs until the end
+ * of this transaction.
+ */
+PG_FUNCTION_INFO_V1(oe_forget_stopped_calls);
+Datum
+oe_forget_stopped_calls(PG_FUNCTION_ARGS)
+{
+	int32		consumer_id = PG_GETARG_INT32(0);
+	int32		partitions = PG_GETARG_INT32(1);
+
+	for (int32 partition = 0; partition < partitions; partition++)
+	{
+		OeStoppedCall calls[OE_STOPPED_CALLS];
+		int			ncalls;
+
+		ncalls = oe_stopped_calls_of(MyDatabaseId, consumer_id, partition, calls,
+									 lengthof(calls));
+		for (int c = 0; c < ncalls; c++)
+			forget_at_commit(&calls[c]);
+	}
+	PG_RETURN_VOID();
 }
 
 /*

@@ -321,6 +321,14 @@ AS 'MODULE_PATHNAME', 'oe_wake_worker';
 COMMENT ON FUNCTION ordered_events.wake_worker() IS
     'Internal: have the worker look for work when this transaction commits';
 REVOKE EXECUTE ON FUNCTION ordered_events.wake_worker() FROM PUBLIC;
+-- reset_consumer(): the handler is called again for the events of calls stopped past their limit.
+CREATE FUNCTION ordered_events.forget_stopped_calls(consumer_id integer, partitions integer)
+RETURNS void
+LANGUAGE c VOLATILE STRICT
+AS 'MODULE_PATHNAME', 'oe_forget_stopped_calls';
+COMMENT ON FUNCTION ordered_events.forget_stopped_calls(integer, integer) IS
+    'Internal: forget the stopped handler calls of a consumer when this transaction commits';
+REVOKE EXECUTE ON FUNCTION ordered_events.forget_stopped_calls(integer,integer) FROM PUBLIC;
 /*
  * drop_stream(): the parked events of a dropped stream go, and a key left
  * without parked events waits no more.
