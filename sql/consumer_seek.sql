@@ -293,7 +293,7 @@ GRANT USAGE ON SCHEMA ordered_events TO regress_seek_api, regress_seek_noinherit
 GRANT EXECUTE ON FUNCTION
     ordered_events.create_consumer(text, integer, regprocedure, text, text, interval, text, integer, interval),
     ordered_events.subscribe(text, text, interval, text),
-    ordered_events.read(text, integer, integer),
+    ordered_events.read(text, integer, integer, interval),
     ordered_events.seek(text, text, text, timestamptz)
   TO regress_seek_api, regress_seek_noinherit;
 SELECT ordered_events.grant_stream('sk_g', 'read', 'regress_seek_owner');
@@ -357,7 +357,7 @@ REVOKE USAGE ON SCHEMA ordered_events FROM regress_seek_api, regress_seek_noinhe
 REVOKE EXECUTE ON FUNCTION
     ordered_events.create_consumer(text, integer, regprocedure, text, text, interval, text, integer, interval),
     ordered_events.subscribe(text, text, interval, text),
-    ordered_events.read(text, integer, integer),
+    ordered_events.read(text, integer, integer, interval),
     ordered_events.seek(text, text, text, timestamptz)
   FROM regress_seek_api, regress_seek_noinherit;
 DROP ROLE regress_seek_member, regress_seek_noinherit, regress_seek_owner, regress_seek_other,

@@ -263,7 +263,7 @@ is($node->safe_psql('postgres', q{
 	INSERT INTO taken
 	SELECT 1, n, stream, key, seq
 	  FROM ordered_events.read('up', 10) WITH ORDINALITY
-	       AS r(stream, seq, key, payload, event_ts, alignment_ts, stabilized_ts, n);
+	       AS r(stream, seq, key, payload, event_ts, alignment_ts, stabilized_ts, released_at, n);
 	SELECT string_agg(format('%s/%s/%s', stream, key, seq), ' ' ORDER BY n) FROM taken WHERE read_no = 1}),
 	'g/k1/1 g/k0/2 g/k1/3 g/k1/5 g/k0/6 f/x/1 f/y/2 k/a/1 k/b/1 k/b/2',
 	'a read takes the events released before the update in merged order');
@@ -282,7 +282,7 @@ is($node->safe_psql('postgres', q{
 	INSERT INTO taken
 	SELECT 2, n, stream, key, seq
 	  FROM ordered_events.read('up') WITH ORDINALITY
-	       AS r(stream, seq, key, payload, event_ts, alignment_ts, stabilized_ts, n);
+	       AS r(stream, seq, key, payload, event_ts, alignment_ts, stabilized_ts, released_at, n);
 	SELECT stream, string_agg(format('%s/%s', key, seq), ' ' ORDER BY read_no, n)
 	  FROM taken GROUP BY stream ORDER BY stream;
 	SELECT count(*), count(DISTINCT (stream, key, seq)) FROM taken;
@@ -347,10 +347,10 @@ is($node->safe_psql('postgres', q{
 	SELECT string_agg(format('%s/%s/%s/%s', stream, key, seq,
 	                         extract(epoch FROM stabilized_ts - '2026-02-01 00:00:00')), ' ' ORDER BY n)
 	  FROM ordered_events.read('up') WITH ORDINALITY
-	       AS r(stream, seq, key, payload, event_ts, alignment_ts, stabilized_ts, n);
+	       AS r(stream, seq, key, payload, event_ts, alignment_ts, stabilized_ts, released_at, n);
 	SELECT string_agg(format('%s/%s/%s', stream, key, seq), ' ' ORDER BY n)
 	  FROM ordered_events.read('upnow') WITH ORDINALITY
-	       AS r(stream, seq, key, payload, event_ts, alignment_ts, stabilized_ts, n);
+	       AS r(stream, seq, key, payload, event_ts, alignment_ts, stabilized_ts, released_at, n);
 	SELECT string_agg(format('%s/%s/%s', stream, consumed_count, unread_count), ' ' ORDER BY consumer, stream)
 	  FROM ordered_events.consumers WHERE consumer IN ('up', 'upnow')}),
 	"4\nk/a/4/-1.000000 k/c/1/0.000000 g/k/11/0.000000 g/k/12/1.000000\ng/k/11 g/k/12\n"
@@ -436,7 +436,7 @@ is( $node->safe_psql('postgres', q{
 	SELECT unread_count FROM ordered_events.consumers WHERE consumer = 'late';
 	SELECT string_agg(seq::text, ',' ORDER BY n)
 	  FROM ordered_events.read('late') WITH ORDINALITY
-	       AS r(stream, seq, key, payload, event_ts, alignment_ts, stabilized_ts, n)}),
+	       AS r(stream, seq, key, payload, event_ts, alignment_ts, stabilized_ts, released_at, n)}),
 	"\n\n6\n7,8,9,10,11,12", 'a consumer subscribed after the deletion reads the 6 events kept in g');
 
 # Retried seqs of deleted events are still rejected.
@@ -460,7 +460,7 @@ is( $node->safe_psql('postgres', q{
 	SELECT string_agg(format('%s/%s/%s/%s', p.p, r.stream, r.key, r.seq), ' ' ORDER BY p.p, n)
 	  FROM generate_series(0, 1) p(p),
 	       LATERAL ordered_events.read('up2', 100, p.p) WITH ORDINALITY
-	       AS r(stream, seq, key, payload, event_ts, alignment_ts, stabilized_ts, n);
+	       AS r(stream, seq, key, payload, event_ts, alignment_ts, stabilized_ts, released_at, n);
 	SELECT ordered_events.compact() + ordered_events.compact() + ordered_events.compact();
 	SELECT count(*) FROM ordered_events.released WHERE stream IN ('g', 'k');
 	SELECT string_agg(format('%s/%s', stream, value), ' ' ORDER BY stream) FROM ordered_events.metrics

@@ -246,7 +246,7 @@ sub read_seqs
 		SELECT string_agg(seq::text, ',' ORDER BY n)
 		  FROM ordered_events.read('$consumer', $max, $partition)
 		       WITH ORDINALITY AS r(stream, seq, key, payload, event_ts, alignment_ts,
-		                            stabilized_ts, n)});
+		                            stabilized_ts, released_at, n)});
 }
 
 # Reads that roll back consume nothing: nothing goes.
