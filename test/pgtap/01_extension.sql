@@ -65,6 +65,8 @@ SELECT functions_are('ordered_events', ARRAY[
     'key_partition',
     -- handlers
     'process', 'redrive', 'skip_held',
+    -- groups of readers (0.3)
+    'join', 'leave',
     -- owners and privileges (0.3)
     'grant_stream', 'revoke_stream', 'has_stream_privilege', 'alter_consumer',
     -- internal
@@ -88,7 +90,9 @@ SELECT functions_are('ordered_events', ARRAY[
     'lane_range_end',
     -- seek and rebuild (issue 24)
     'seek', 'reset_consumer', 'seek_as', 'seek_streams', 'reset_consumer_as',
-    'forget_stopped_calls'],
+    'forget_stopped_calls',
+    -- groups (issue 24)
+    'group_consumer', 'assign_partitions', 'join_as', 'leave_as'],
     'schema ordered_events has exactly the functions of 0.3');
 SELECT tables_are('ordered_events', ARRAY[
     'unprocessed',
@@ -96,12 +100,12 @@ SELECT tables_are('ordered_events', ARRAY[
     'stream_def', 'event_store', 'progress', 'lane_release_log', 'gap_skips', 'key_arrivals',
     'release_totals', 'consumer_def', 'subscription', 'handler_state', 'handler_result',
     'handler_parked', 'key_counters', 'deleted_totals', 'cycle_hook', 'backlog_blocks',
-    'backlog_islands'],
+    'backlog_islands', 'group_member'],
     'schema ordered_events has exactly the tables of 0.3');
 SELECT views_are('ordered_events', ARRAY[
     'streams', 'inbox', 'released', 'pending', 'ranges', 'key_status', 'stream_stats',
     'worker_status', 'skipped_gaps', 'consumers', 'key_state', 'results', 'metrics',
-    'held',
+    'held', 'members',
     -- internal
     'accepted_events', 'late_events'],
     'schema ordered_events has exactly the views of 0.3');
