@@ -810,10 +810,10 @@ read_consumer(FunctionCallInfo fcinfo, bool consume)
 	 */
 	for (;;)
 	{
-		uint64		seen = oe_release_generation();
+		uint64		seen = oe_release_generation(consumer.consumer_id);
 
 		if (oe_consumer_take(&consumer, max_events, consume, put_row, fcinfo->resultinfo) > 0 ||
-			deadline == 0 || !oe_wait_for_release(seen, deadline))
+			deadline == 0 || !oe_wait_for_release(consumer.consumer_id, seen, deadline))
 			break;
 	}
 	oe_internal_end(&scope);

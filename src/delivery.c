@@ -83,13 +83,11 @@ static OePlan plans[] = {
 		"WHERE t.stream_id = $1 AND t.partitions = a.partitions AND t.partition = a.partition",
 		5, {INT4OID, INT4ARRAYOID, INT4ARRAYOID, INT8ARRAYOID, TEXTARRAYOID}
 	},
-	/* the consumers of the stream whose channel name fits (wake_consumers()) */
+	/* the consumers of the stream (wake_consumers()) */
 	[PLAN_CONSUMERS] = {
-		"SELECT c.consumer, c.partitions FROM ordered_events.subscription s "
+		"SELECT c.consumer, c.partitions, c.consumer_id FROM ordered_events.subscription s "
 		"JOIN ordered_events.consumer_def c ON c.consumer_id = s.consumer_id "
-		"WHERE s.stream_id = $1 AND s.partition = 0 "
-		"  AND pg_catalog.octet_length(c.consumer) <= " CppAsString2(OE_MAX_CHANNEL_CONSUMER) " "
-		"ORDER BY c.consumer",
+		"WHERE s.stream_id = $1 AND s.partition = 0 ORDER BY c.consumer",
 		1, {INT4OID}
 	},
 };
@@ -379,10 +377,11 @@ totals_for(const OeStep *step, int32 partitions)
 }
 
 /*
- * NOTIFY "ordered_events.<consumer>" for each consumer of the stream that
- * the step gave unread events, with the partitions that got some ('0,3'),
- * delivered at commit.  A consumer name longer than OE_MAX_CHANNEL_CONSUMER
- * bytes makes no channel name: that consumer has only the shared channel.
+ * Wake each consumer of the stream that the step gave unread events, at
+ * commit: its waiting reads (wait.c), and a NOTIFY on
+ * "ordered_events.<consumer>" with the partitions that got events ('0,3').
+ * A consumer name longer than OE_MAX_CHANNEL_CONSUMER bytes makes no
+ * channel name: that consumer has only the shared channel.
  */
 static void
 wake_consumers(const OeStep *step)
@@ -396,22 +395,24 @@ wake_consumers(const OeStep *step)
 	rows = SPI_tuptable;
 	for (uint64 i = 0; i < n; i++)
 	{
+		HeapTuple	row = rows->vals[i];
 		bool		isnull;
-		char	   *consumer = TextDatumGetCString(SPI_getbinval(rows->vals[i], rows->tupdesc,
-																 1, &isnull));
-		const OeTotals *totals = totals_for(step, DatumGetInt32(SPI_getbinval(rows->vals[i],
-																			  rows->tupdesc,
-																			  2, &isnull)));
-		StringInfoData partitions;
+		char	   *consumer = TextDatumGetCString(SPI_getbinval(row, rows->tupdesc, 1, &isnull));
+		int32		partitions = DatumGetInt32(SPI_getbinval(row, rows->tupdesc, 2, &isnull));
+		const OeTotals *totals = totals_for(step, partitions);
+		StringInfoData woken;
 
 		if (totals == NULL)
 			continue;
-		initStringInfo(&partitions);
+		initStringInfo(&woken);
 		for (int p = 0; p < totals->partitions; p++)
 			if (totals->count[p] > 0)
-				appendStringInfo(&partitions, "%s%d", partitions.len > 0 ? "," : "", p);
-		if (partitions.len > 0)
-			Async_Notify(psprintf("ordered_events.%s", consumer), partitions.data);
+				appendStringInfo(&woken, "%s%d", woken.len > 0 ? "," : "", p);
+		if (woken.len == 0)
+			continue;
+		oe_note_released(DatumGetInt32(SPI_getbinval(row, rows->tupdesc, 3, &isnull)));
+		if (strlen(consumer) <= OE_MAX_CHANNEL_CONSUMER)
+			Async_Notify(psprintf("ordered_events.%s", consumer), woken.data);
 	}
 	SPI_freetuptable(rows);
 }
@@ -429,8 +430,5 @@ oe_step_finish(OeStep *step)
 	log_runs(step);
 	add_totals(step);
 	if (step->totals != NULL)
-	{
-		oe_note_released();
 		wake_consumers(step);
-	}
 }

@@ -447,7 +447,7 @@ typedef struct OeStoppedCall
 } OeStoppedCall;
 
 /* Waiting reads (wait.c): a generation and a condition variable per channel. */
-#define OE_WAIT_CHANNELS	16	/* a database waits on channel dboid % this */
+#define OE_WAIT_CHANNELS	64	/* a consumer waits on one of these, by hash */
 #define OE_MAX_WAIT_SECS	3600	/* the longest wait of read() and receive() */
 /* The longest consumer name whose channel "ordered_events.<consumer>" fits in a name. */
 #define OE_MAX_CHANNEL_CONSUMER	(NAMEDATALEN - 1 - 15)
@@ -537,10 +537,10 @@ extern void oe_dead_letter_row(const char *stream, uint64 row, OeOutcome reason,
 /* wait.c */
 extern void oe_wait_init(void);
 extern void oe_wait_shmem_init(OeShared *shared);
-extern void oe_note_released(void);
+extern void oe_note_released(int32 consumer_id);
 extern TimestampTz oe_wait_deadline(Interval *wait, const char *function);
-extern uint64 oe_release_generation(void);
-extern bool oe_wait_for_release(uint64 seen, TimestampTz deadline);
+extern uint64 oe_release_generation(int32 consumer_id);
+extern bool oe_wait_for_release(int32 consumer_id, uint64 seen, TimestampTz deadline);
 
 /* consumer_read.c */
 extern int32 oe_consumer_args(FunctionCallInfo fcinfo, const char *takes);

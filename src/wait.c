@@ -4,29 +4,30 @@
  *	  Waiting reads: a reader that found nothing unread sleeps until a
  *	  transaction that released events commits, woken by that commit.
  *
- * Shared memory holds, per wait channel (a database hashes to one of
- * OE_WAIT_CHANNELS), a generation number and a condition variable.  A
- * transaction whose release step released events (delivery.c calls
- * oe_note_released()) increments its channel's generation and broadcasts
- * when it commits: after the commit is visible to new snapshots, so a
- * reader that read the generation before its snapshot either saw the
- * events or sees the generation move.
+ * Shared memory holds, per wait channel (a consumer of a database hashes
+ * to one of OE_WAIT_CHANNELS), a generation number and a condition
+ * variable.  A transaction whose release steps gave consumers events
+ * (delivery.c calls oe_note_released() for each) increments their
+ * channels' generations and broadcasts when it commits: after the commit
+ * is visible to new snapshots, so a reader that read the generation before
+ * its snapshot either saw the events or sees the generation move.
  *
  * The contract, for every waiting reader (read(), receive()):
  *
  *	for (;;)
  *	{
- *		uint64 seen = oe_release_generation();
+ *		uint64 seen = oe_release_generation(consumer_id);
  *		... look for events with a new snapshot ...
- *		if (found something || !oe_wait_for_release(seen, deadline))
+ *		if (found something || !oe_wait_for_release(consumer_id, seen, deadline))
  *			break;
  *	}
  *
- * oe_wait_for_release() returns true when a release committed since
- * "seen" (look again), false at the deadline.  The sleep honours
- * interrupts (a cancel, statement_timeout).  A wake-up is for every
- * reader of the channel's databases: each looks again, which costs an
- * index probe per subscribed stream when its partition got nothing.
+ * oe_wait_for_release() returns true when a release for the channel
+ * committed since "seen" (look again), false at the deadline.  The sleep
+ * honours interrupts (a cancel, statement_timeout).  A wake-up is for
+ * every reader of the channel: each looks again (an index probe per
+ * subscribed stream when its partition got nothing), so the readers of
+ * other partitions, and of consumers that share the channel, wake in vain.
  *
  * Without shared_preload_libraries there is no shared memory and nothing
  * to wake a reader: oe_wait_deadline() refuses a wait.
@@ -36,19 +37,22 @@
 #include "ordered_events.h"
 
 #include "access/xact.h"
+#include "common/hashfn.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "storage/condition_variable.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
-/* This transaction released events: wake the waiting readers at commit. */
-static bool events_released = false;
+/* The channels this transaction released events for: woken at commit. */
+static uint64 channels_released = 0;
 
-static OeWaitChannel *
-my_channel(void)
+StaticAssertDecl(OE_WAIT_CHANNELS <= 64, "a channel is a bit of channels_released");
+
+static int
+channel_of(int32 consumer_id)
 {
-	return &oe_shared->wait[MyDatabaseId % OE_WAIT_CHANNELS];
+	return (int) (hash_combine(MyDatabaseId, (uint32) consumer_id) % OE_WAIT_CHANNELS);
 }
 
 /* Initialise the channels (shmem.c, at shared memory startup). */
@@ -62,28 +66,31 @@ oe_wait_shmem_init(OeShared *shared)
 	}
 }
 
-/* Note that the current transaction released events. */
+/* Note that the current transaction released events for a consumer. */
 void
-oe_note_released(void)
+oe_note_released(int32 consumer_id)
 {
-	events_released = true;
+	channels_released |= UINT64CONST(1) << channel_of(consumer_id);
 }
 
 /* Transaction callback: wake the readers when a transaction that released commits. */
 static void
 wake_readers_at_commit(XactEvent event, void *arg)
 {
-	if (event == XACT_EVENT_COMMIT && events_released && oe_shared != NULL)
+	if (event == XACT_EVENT_COMMIT && channels_released != 0 && oe_shared != NULL)
 	{
-		OeWaitChannel *channel = my_channel();
-
-		pg_atomic_fetch_add_u64(&channel->generation, 1);
-		ConditionVariableBroadcast(&channel->released);
+		for (int i = 0; i < OE_WAIT_CHANNELS; i++)
+		{
+			if ((channels_released & (UINT64CONST(1) << i)) == 0)
+				continue;
+			pg_atomic_fetch_add_u64(&oe_shared->wait[i].generation, 1);
+			ConditionVariableBroadcast(&oe_shared->wait[i].released);
+		}
 	}
 	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT ||
 		event == XACT_EVENT_PARALLEL_COMMIT || event == XACT_EVENT_PARALLEL_ABORT ||
 		event == XACT_EVENT_PREPARE)
-		events_released = false;
+		channels_released = 0;
 }
 
 /* Called from _PG_init. */
@@ -133,11 +140,12 @@ oe_wait_deadline(Interval *wait, const char *function)
 	return GetCurrentTimestamp() + wait_us;
 }
 
-/* The generation of this database's channel, read before a look for events. */
+/* The generation of a consumer's channel, read before a look for events. */
 uint64
-oe_release_generation(void)
+oe_release_generation(int32 consumer_id)
 {
-	return oe_shared != NULL ? pg_atomic_read_u64(&my_channel()->generation) : 0;
+	return oe_shared != NULL ?
+		pg_atomic_read_u64(&oe_shared->wait[channel_of(consumer_id)].generation) : 0;
 }
 
 /*
@@ -145,9 +153,9 @@ oe_release_generation(void)
  * again) or until the deadline (false).
  */
 bool
-oe_wait_for_release(uint64 seen, TimestampTz deadline)
+oe_wait_for_release(int32 consumer_id, uint64 seen, TimestampTz deadline)
 {
-	OeWaitChannel *channel = my_channel();
+	OeWaitChannel *channel = &oe_shared->wait[channel_of(consumer_id)];
 	bool		released = false;
 
 	ConditionVariablePrepareToSleep(&channel->released);
