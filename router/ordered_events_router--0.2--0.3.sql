@@ -381,6 +381,11 @@ RETURNS SETOF bigint
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    state text;
+    message text;
+    detail text;
+    hint text;
 BEGIN
     PERFORM ordered_events.check_event_batch(stream, seqs, keys, payloads);
     IF NOT EXISTS (SELECT FROM ordered_events_router.stream r
@@ -389,10 +394,24 @@ BEGIN
             USING ERRCODE = 'undefined_object',
                   HINT = 'Create it with ordered_events_router.create_stream(), or see ordered_events_router.stream for the existing ones.';
     END IF;
-    IF pg_catalog.cardinality(seqs) > 0 THEN
+    IF pg_catalog.cardinality(seqs) = 0 THEN
+        RETURN;
+    END IF;
+    BEGIN
         RETURN QUERY SELECT * FROM ordered_events_router.on_shards_ingest(stream, seqs, keys,
                                                                           payloads);
-    END IF;
+    EXCEPTION WHEN OTHERS THEN
+        -- a shard's error, or PL/Proxy's for a shard that does not answer,
+        -- with what it means for the batch
+        GET STACKED DIAGNOSTICS state = RETURNED_SQLSTATE, message = MESSAGE_TEXT,
+                                detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
+        hint := pg_catalog.concat_ws(E'\n', NULLIF(hint, ''),
+            'The shards that answered may have written their part: there is no commit across servers. Send the whole batch again once every shard answers: an event a shard holds already is a duplicate there.');
+        IF detail = '' THEN
+            RAISE EXCEPTION USING ERRCODE = state, MESSAGE = message, HINT = hint;
+        END IF;
+        RAISE EXCEPTION USING ERRCODE = state, MESSAGE = message, DETAIL = detail, HINT = hint;
+    END;
 END;
 $$;
 COMMENT ON FUNCTION ordered_events_router.ingest_many(text, bigint[], text[], jsonb[]) IS
