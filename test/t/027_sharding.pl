@@ -490,8 +490,9 @@ is( join(',', on_shards(q{
 	join(',', ('4-4 gap_timeout 01:00:00 expired') x 4),
 	'timeout: every shard recorded the skip of 4');
 is( router_sql(q{
-	SELECT string_agg(seq::text, ',') FROM ordered_events_router.released('gt', 1, 100)}),
-	'1,2,3,5,6,7,8,9,10', 'timeout: 1..10 released but 4');
+	SELECT string_agg(seq || coalesce('-' || skipped_through || ' skipped', ''), ',')
+	  FROM ordered_events_router.released('gt', 1, 100)}),
+	'1,2,3,4-4 skipped,5,6,7,8,9,10', 'timeout: 1..10 released but 4, a skipped run');
 is( router_sql(qq{SELECT ordered_events_router.ingest('gt', 4, '@{[ key_of(4, 1) ]}')}),
 	'gap_skipped', 'timeout: 4 arriving late is gap_skipped on the shard of its key (0)');
 is( router_sql(qq{SELECT ordered_events_router.ingest('gt', 4, '$shard_keys[3][0]')}),
