@@ -2917,6 +2917,48 @@ COMMENT ON VIEW ordered_events.members IS
     'The members of each consumer''s group, the partitions each holds and its lease';
 GRANT SELECT ON ordered_events.members TO pg_monitor;
 
+/* ------------------------------------------------------------------------
+ * 16. Sharding (issue 25; docs/sharding.md, "Writing through the router"):
+ *     a batch is checked whole before any of it is written, on a shard and
+ *     on its router alike.
+ * ------------------------------------------------------------------------
+ */
+
+/*
+ * The checks ingest() makes of each event's arguments, made of a whole
+ * batch before any of it is written: by ingest_array(), and by a router
+ * before it sends each shard its part.  It reads and writes nothing, so
+ * PUBLIC may call it (the role a router connects as runs ingest_array()).
+ */
+CREATE FUNCTION ordered_events.check_event_batch(stream text, seqs bigint[], keys text[],
+                                                 payloads jsonb[])
+RETURNS void
+LANGUAGE c IMMUTABLE PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'oe_check_event_batch';
+COMMENT ON FUNCTION ordered_events.check_event_batch(text, bigint[], text[], jsonb[]) IS
+    'Fail unless every event of a batch passes ingest()''s checks of its arguments: arrays of one length, no NULL seq or key, no key over the limit';
+
+-- ingest_array() checks its batch first: arrays of different lengths were
+-- padded with NULLs (a seq NULL in the middle of a batch, or payloads lost).
+CREATE OR REPLACE FUNCTION ordered_events.ingest_array(stream text, seqs bigint[], keys text[],
+                                            payloads jsonb[])
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    written bigint;
+BEGIN
+    -- the whole batch first: a bad event writes nothing (src/shard.c)
+    PERFORM ordered_events.check_event_batch(stream, seqs, keys, payloads);
+    INSERT INTO ordered_events.inbox (stream, seq, key, payload)
+    SELECT ingest_array.stream, u.seq, u.key, u.payload
+      FROM unnest(seqs, keys, payloads) u(seq, key, payload);
+    GET DIAGNOSTICS written = ROW_COUNT;
+    RETURN written;
+END;
+$$;
+
 -- Sections that change a function's signature carry its grants (above).
 DROP FUNCTION ordered_events.carry_grants(regprocedure, regprocedure);
 

@@ -8,7 +8,13 @@
  * through a registration (ordered_events.register_cycle_hook(), new in
  * ordered_events 0.3), where 0.2's worker called it by name; and
  * combine() is cut into its parts; create_stream()'s hint names the docs
- * of this version.  Nothing else changes.
+ * of this version.  And the reading contract and the errors of issue 25
+ * (docs/sharding.md): released() returns a row for each run of skipped
+ * seqs and reads no further than every shard released (ranges gains
+ * released_end); a gap's clock runs only while every shard answers;
+ * ingest_many() checks the whole batch before any shard sees it; a NULL
+ * key, an existing stream and a locked stream get their own errors or
+ * none.
  */
 
 DO $$
@@ -98,12 +104,14 @@ END;
 $$;
 
 /*
- * One combine step for a global stream, as in 0.2: read every shard's
- * runs, advance the range (applying the gap policy), and release every
- * shard through it.  A shard that does not answer may hold any seq not
- * reported: the range stops at the first of them, no gap is skipped, and
- * the shard is released through the range when it answers again.  Returns
- * how far the range moved (in seqs).
+ * One combine step for a global stream: read every shard's runs, advance
+ * the range (applying the gap policy), and release every shard through
+ * it.  A shard that does not answer may hold any seq not reported: the
+ * range stops at the first of them, no gap is skipped, the gap's clock
+ * stops (it starts again once every shard answers: a gap times out only
+ * after gap_timeout with every shard answering), and the shard is
+ * released through the range when it answers again.  Returns how far the
+ * range moved (in seqs).
  */
 CREATE OR REPLACE FUNCTION ordered_events_router.combine(stream text)
 RETURNS bigint
@@ -128,10 +136,13 @@ BEGIN
     IF next_start IS NULL THEN
         s.gap_start := NULL;
         s.gap_first_seen := NULL;
-    ELSIF s.gap_start IS DISTINCT FROM new_end THEN
+    ELSIF NOT g.answered THEN           -- a silent shard may hold it: no clock
+        s.gap_start := new_end;
+        s.gap_first_seen := NULL;
+    ELSIF s.gap_start IS DISTINCT FROM new_end OR s.gap_first_seen IS NULL THEN
         s.gap_start := new_end;
         s.gap_first_seen := pg_catalog.clock_timestamp();
-    ELSIF s.gap_policy = 'timeout' AND g.answered    -- a silent shard may hold it
+    ELSIF s.gap_policy = 'timeout'
           AND s.gap_first_seen + s.gap_timeout <= pg_catalog.clock_timestamp() THEN
         INSERT INTO ordered_events_router.skip (stream, gap_start, gap_end, reason)
         VALUES (s.stream, new_end, next_start - 1,
@@ -163,7 +174,9 @@ REVOKE EXECUTE ON FUNCTION
     ordered_events_router.release_shards(ordered_events_router.stream, bigint)
 FROM PUBLIC;
 
--- create_stream() as in 0.2, its hint pointing at the docs of this version.
+-- create_stream(): its hint points at the docs of this version; a NULL, an
+-- invalid option and an existing stream get their errors before any shard
+-- is called (42710, not 23505, for an existing one).
 CREATE OR REPLACE FUNCTION ordered_events_router.create_stream(
     stream text,
     sequencing text DEFAULT 'global',
@@ -181,19 +194,39 @@ BEGIN
             USING ERRCODE = 'object_not_in_prerequisite_state',
                   HINT = 'CREATE SERVER ordered_events_shards FOREIGN DATA WRAPPER plproxy OPTIONS (p0 ''dbname=... host=...'', p1 ...) and a user mapping; see docs/sharding.md, "Setting up".';
     END IF;
-    -- the options as ordered_events checks them, the gap policy on the router
+    -- the options as ordered_events checks them (the name on the shards),
+    -- the gap policy on the router
+    IF stream IS NULL THEN
+        RAISE EXCEPTION 'stream must not be null'
+            USING ERRCODE = 'null_value_not_allowed',
+                  HINT = 'Name the stream to create on every shard.';
+    END IF;
+    IF sequencing IS NULL OR sequencing NOT IN ('global', 'per_key') THEN
+        PERFORM ordered_events.invalid_option('sequencing', sequencing,
+            'Use ''global'' (one sequence for the whole stream) or ''per_key'' (a sequence for each key).');
+    END IF;
+    IF initial_sequence IS NULL OR initial_sequence = 9223372036854775807 THEN
+        PERFORM ordered_events.invalid_option('initial_sequence', initial_sequence::text,
+            'Use a bigint below 9223372036854775807; the default is 1.');
+    END IF;
     PERFORM ordered_events.check_release_options(sequencing, gap_policy, gap_timeout,
                                                  max_release_batch);
     IF gap_policy = 'fence' THEN
         PERFORM ordered_events.invalid_option('gap_policy', gap_policy,
             'A sharded stream takes ''wait'' or ''timeout'': append() allocates seqs on one server.');
     END IF;
-    INSERT INTO ordered_events_router.stream
-        (stream, sequencing, initial_sequence, gap_policy, gap_timeout, max_release_batch,
-         range_end)
-    VALUES (create_stream.stream, create_stream.sequencing, create_stream.initial_sequence,
-            create_stream.gap_policy, create_stream.gap_timeout,
-            create_stream.max_release_batch, create_stream.initial_sequence);
+    BEGIN
+        INSERT INTO ordered_events_router.stream
+            (stream, sequencing, initial_sequence, gap_policy, gap_timeout, max_release_batch,
+             range_end)
+        VALUES (create_stream.stream, create_stream.sequencing, create_stream.initial_sequence,
+                create_stream.gap_policy, create_stream.gap_timeout,
+                create_stream.max_release_batch, create_stream.initial_sequence);
+    EXCEPTION WHEN unique_violation THEN
+        RAISE EXCEPTION 'stream "%" already exists', stream
+            USING ERRCODE = 'duplicate_object',
+                  HINT = 'See ordered_events_router.stream: the stream is on every shard already.';
+    END;
     FOR i IN 0 .. ordered_events_router.shard_count() - 1 LOOP
         PERFORM ordered_events_router.on_shard_create_stream(
             i, create_stream.stream, create_stream.sequencing, create_stream.initial_sequence,
@@ -204,6 +237,312 @@ BEGIN
             VALUES (i, create_stream.stream, create_stream.initial_sequence);
         END IF;
     END LOOP;
+END;
+$$;
+
+/*
+ * Note what a shard answered: an error at once, an answer at most once a
+ * second (the steps of an idle router write nothing).  Never waits: while
+ * another session holds the shard's row (an operator's combine() waiting
+ * for a slow shard holds it to its end), that session's note stands, and
+ * the next step notes again.
+ */
+CREATE OR REPLACE FUNCTION ordered_events_router.note_shard(shard integer, error text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF error IS NULL AND EXISTS (
+           SELECT FROM ordered_events_router.shard s
+            WHERE s.shard = note_shard.shard AND s.last_error IS NULL
+              AND s.last_ok_at >= pg_catalog.clock_timestamp() - interval '1 second') THEN
+        RETURN;
+    END IF;
+    PERFORM FROM ordered_events_router.shard s WHERE s.shard = note_shard.shard
+        FOR UPDATE SKIP LOCKED;
+    IF FOUND THEN
+        UPDATE ordered_events_router.shard s
+           SET last_ok_at = CASE WHEN note_shard.error IS NULL THEN pg_catalog.clock_timestamp()
+                                 ELSE s.last_ok_at END,
+               last_error = note_shard.error,
+               last_error_at = CASE WHEN note_shard.error IS NOT NULL
+                                    THEN pg_catalog.clock_timestamp() ELSE s.last_error_at END
+         WHERE s.shard = note_shard.shard;
+    ELSIF NOT EXISTS (SELECT FROM ordered_events_router.shard s
+                       WHERE s.shard = note_shard.shard) THEN
+        -- the shard's first note (only a first note of the same shard, at
+        -- the same moment, could make this wait)
+        INSERT INTO ordered_events_router.shard (shard, last_ok_at, last_error, last_error_at)
+        VALUES (note_shard.shard,
+                CASE WHEN note_shard.error IS NULL THEN pg_catalog.clock_timestamp() END,
+                note_shard.error,
+                CASE WHEN note_shard.error IS NOT NULL THEN pg_catalog.clock_timestamp() END)
+        ON CONFLICT ON CONSTRAINT shard_pkey DO NOTHING;
+    END IF;
+END;
+$$;
+
+/*
+ * A combine step for every global stream; the worker calls it every cycle.
+ * A stream whose row another session holds (an operator's combine(), which
+ * may wait for a slow shard) is left to that session this time: the others
+ * go on.
+ */
+CREATE OR REPLACE FUNCTION ordered_events_router.combine_all()
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    name text;
+    moved numeric := 0;
+BEGIN
+    FOR name IN SELECT s.stream FROM ordered_events_router.stream s
+                 WHERE s.sequencing = 'global'
+                 ORDER BY s.stream
+                   FOR UPDATE SKIP LOCKED LOOP
+        moved := moved + ordered_events_router.combine(name);
+    END LOOP;
+    RETURN least(moved, 9223372036854775807)::bigint;
+END;
+$$;
+
+/*
+ * Writing: ingest() of a NULL key is 22004 (PL/Proxy's was XX000);
+ * ingest_many() checks the whole batch as a shard would, then sends each
+ * shard its part in one call.
+ */
+
+/*
+ * The hash PL/Proxy picks a key's shard by (hashtext(key) & (N - 1)), or
+ * the error a single server gives for a NULL key, where PL/Proxy's own is
+ * XX000 "Hash function returned NULL".  PUBLIC may call it: it reads
+ * nothing.
+ */
+CREATE FUNCTION ordered_events_router.key_hash(key text)
+RETURNS integer
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF key IS NULL THEN
+        RAISE EXCEPTION 'key must not be null'
+            USING ERRCODE = 'null_value_not_allowed',
+                  HINT = 'Every event needs a stream, a seq and a key.';
+    END IF;
+    RETURN pg_catalog.hashtext(key);
+END;
+$$;
+COMMENT ON FUNCTION ordered_events_router.key_hash(text) IS
+    'The hash of a key that picks its shard (hashtext); an error for a NULL key';
+
+CREATE OR REPLACE FUNCTION ordered_events_router.ingest(
+    stream text, seq bigint, key text, payload jsonb DEFAULT NULL,
+    event_ts timestamptz DEFAULT NULL, alignment_ts timestamptz DEFAULT NULL,
+    last_event boolean DEFAULT false)
+RETURNS ordered_events.outcome
+LANGUAGE plproxy
+AS $$
+    CLUSTER 'ordered_events_shards';
+    RUN ON ordered_events_router.key_hash(key);
+    SELECT ordered_events.ingest($1, $2, $3, $4, $5, $6, $7);
+$$;
+COMMENT ON FUNCTION ordered_events_router.ingest(text, bigint, text, jsonb, timestamptz,
+                                                 timestamptz, boolean) IS
+    'Write one event on the shard of its key; returns accepted or the reason it went to that shard''s unprocessed';
+
+-- Each shard's part of a batch checked whole (ingest_many()), in one call.
+CREATE FUNCTION ordered_events_router.on_shards_ingest(
+    stream text, seqs bigint[], keys text[], payloads jsonb[])
+RETURNS SETOF bigint
+LANGUAGE plproxy
+AS $$
+    CLUSTER 'ordered_events_shards';
+    SPLIT seqs, keys, payloads;
+    RUN ON pg_catalog.hashtext(keys);
+    SELECT ordered_events.ingest_array($1, $2, $3, $4);
+$$;
+
+/*
+ * A batch is checked whole, as each shard would check its part, before
+ * any shard sees it: a bad event, or a stream this router does not know,
+ * writes nothing anywhere.  What a shard can still refuse, or fail to
+ * answer, fails that shard's part alone: the other shards' parts commit on
+ * their own (there is no commit across servers), and sending the whole
+ * batch again is safe, since an event a shard already holds is a
+ * duplicate there (docs/sharding.md, "Writing through the router").  It
+ * runs as the extension's owner, for the router's stream table; the
+ * shards see the user mapping's role, as for ingest().
+ */
+CREATE OR REPLACE FUNCTION ordered_events_router.ingest_many(
+    stream text, seqs bigint[], keys text[], payloads jsonb[])
+RETURNS SETOF bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    state text;
+    message text;
+    detail text;
+    hint text;
+BEGIN
+    PERFORM ordered_events.check_event_batch(stream, seqs, keys, payloads);
+    IF NOT EXISTS (SELECT FROM ordered_events_router.stream r
+                    WHERE r.stream = ingest_many.stream) THEN
+        RAISE EXCEPTION 'stream "%" does not exist', stream
+            USING ERRCODE = 'undefined_object',
+                  HINT = 'Create it with ordered_events_router.create_stream(), or see ordered_events_router.stream for the existing ones.';
+    END IF;
+    IF pg_catalog.cardinality(seqs) = 0 THEN
+        RETURN;
+    END IF;
+    BEGIN
+        RETURN QUERY SELECT * FROM ordered_events_router.on_shards_ingest(stream, seqs, keys,
+                                                                          payloads);
+    EXCEPTION WHEN OTHERS THEN
+        -- a shard's error, or PL/Proxy's for a shard that does not answer,
+        -- with what it means for the batch
+        GET STACKED DIAGNOSTICS state = RETURNED_SQLSTATE, message = MESSAGE_TEXT,
+                                detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
+        hint := pg_catalog.concat_ws(E'\n', NULLIF(hint, ''),
+            'The shards that answered may have written their part: there is no commit across servers. Send the whole batch again once every shard answers: an event a shard holds already is a duplicate there.');
+        IF detail = '' THEN
+            RAISE EXCEPTION USING ERRCODE = state, MESSAGE = message, HINT = hint;
+        END IF;
+        RAISE EXCEPTION USING ERRCODE = state, MESSAGE = message, DETAIL = detail, HINT = hint;
+    END;
+END;
+$$;
+COMMENT ON FUNCTION ordered_events_router.ingest_many(text, bigint[], text[], jsonb[]) IS
+    'Write many events, each on the shard of its key (arrays of the same length, checked whole first); returns each shard''s accepted count';
+
+REVOKE EXECUTE ON FUNCTION
+    ordered_events_router.on_shards_ingest(text, bigint[], text[], jsonb[])
+FROM PUBLIC;
+
+-- ranges: released_end, below which released() reads.
+CREATE OR REPLACE VIEW ordered_events_router.ranges AS
+SELECT s.stream, s.initial_sequence AS range_start, s.range_end, s.max_event_ts,
+       s.updated_at,
+       least(s.range_end, (SELECT pg_catalog.min(x.released_through)
+                             FROM ordered_events_router.shard_stream x
+                            WHERE x.stream = s.stream)) AS released_end
+  FROM ordered_events_router.stream s
+ WHERE s.sequencing = 'global';
+COMMENT ON VIEW ordered_events_router.ranges IS
+    'The combined contiguous range of each global stream, and how far every shard released it (released() reads below released_end)';
+
+/*
+ * released() returns a row for each run of skipped seqs (its new column
+ * skipped_through): made again with the grants of 0.2's, which stay the
+ * users' own.  A GRANT in an extension's script is recorded as the
+ * extension's initial privilege, which pg_dump leaves out, so the record
+ * is set back to what the fresh install grants.
+ */
+SELECT pg_catalog.set_config('ordered_events_router.released_acl',
+           coalesce((SELECT p.proacl::text FROM pg_catalog.pg_proc p
+                      WHERE p.oid = 'ordered_events_router.released(text, bigint, integer)'
+                                    ::pg_catalog.regprocedure), ''),
+           true);
+DROP FUNCTION ordered_events_router.released(text, bigint, integer);
+/*
+ * Reading (docs/sharding.md, "Reading a sharded stream"): a global
+ * stream's released events from from_seq on, merged from every shard in
+ * seq order, each shard reading a window of seqs by its primary key, and
+ * a row for each run of skipped seqs in it (skipped_through: its last
+ * seq; NULL for an event).  The rows account for every seq from from_seq
+ * through the last row's, so a reader goes on from the seq after it
+ * (coalesce(skipped_through, seq) + 1); nothing is returned past what
+ * every shard has released (released_end, in ranges), so a shard that
+ * lags holds the reader back instead of making it skip its events.  A
+ * per-key stream is read on each shard.  It runs as the extension's owner,
+ * for the router's tables; the shards see the user mapping's role.
+ */
+CREATE FUNCTION ordered_events_router.released(stream text, from_seq bigint,
+                                               max_events integer DEFAULT 1000)
+RETURNS TABLE (seq bigint, key text, payload jsonb, event_ts timestamptz,
+               alignment_ts timestamptz, received_at timestamptz, released_at timestamptz,
+               skipped_through bigint)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    s ordered_events_router.stream;
+    readable bigint;                -- every shard released the seqs below it
+    pos bigint;                     -- the first seq of the answer
+    win_end bigint;                 -- the answer is complete from pos to here
+    budget integer := max_events;   -- rows left
+    skip_starts bigint[] := '{}';   -- the skipped runs in the answer
+    skip_ends bigint[] := '{}';
+    k record;
+BEGIN
+    IF from_seq IS NULL OR max_events IS NULL THEN
+        RAISE EXCEPTION 'from_seq and max_events must not be null'
+            USING ERRCODE = 'null_value_not_allowed',
+                  HINT = 'Read from the seq after the last one you processed (ranges.range_start at first).';
+    END IF;
+    IF max_events < 1 THEN
+        PERFORM ordered_events.invalid_option('max_events', max_events::text,
+            'Use a positive number: the most rows to return.');
+    END IF;
+    s := ordered_events_router.global_stream_or_error(stream, false);
+    readable := (SELECT r.released_end FROM ordered_events_router.ranges r
+                  WHERE r.stream = s.stream);
+    pos := greatest(from_seq, s.initial_sequence);
+    IF pos >= readable THEN
+        RETURN;
+    END IF;
+    -- the window of max_events rows: an event is a row, a skipped run one
+    win_end := pos;
+    FOR k IN SELECT greatest(x.gap_start, pos) AS first, least(x.gap_end, readable - 1) AS last
+               FROM ordered_events_router.skip x
+              WHERE x.stream = s.stream AND x.gap_end >= pos AND x.gap_start < readable
+              ORDER BY x.gap_start
+              LIMIT max_events LOOP
+        EXIT WHEN k.first::numeric - win_end >= budget;     -- the events before it fill it
+        budget := budget - (k.first - win_end) - 1;
+        skip_starts := skip_starts || k.first;
+        skip_ends := skip_ends || k.last;
+        win_end := k.last + 1;
+        EXIT WHEN budget = 0;
+    END LOOP;
+    win_end := least(readable, win_end::numeric + budget)::bigint;
+    RETURN QUERY
+    SELECT r.seq, r.key, r.payload, r.event_ts, r.alignment_ts, r.received_at, r.released_at,
+           NULL::bigint
+      FROM generate_series(0, ordered_events_router.shard_count() - 1) i
+     CROSS JOIN LATERAL ordered_events_router.on_shard_released(i, s.stream, pos, win_end,
+                                                                max_events) r
+    UNION ALL
+    SELECT u.first, NULL, NULL, NULL, NULL, NULL, NULL, u.last
+      FROM unnest(skip_starts, skip_ends) u(first, last)
+     ORDER BY 1, 2;
+END;
+$$;
+COMMENT ON FUNCTION ordered_events_router.released(text, bigint, integer) IS
+    'Released events of a global stream from from_seq on, merged from every shard in seq order, and a row for each run of skipped seqs; never past what every shard released';
+REVOKE EXECUTE ON FUNCTION ordered_events_router.released(text, bigint, integer) FROM PUBLIC;
+DO $$
+DECLARE
+    f pg_catalog.regprocedure := 'ordered_events_router.released(text, bigint, integer)';
+    initial aclitem[] := (SELECT p.proacl FROM pg_catalog.pg_proc p WHERE p.oid = f);
+    grantee text;
+BEGIN
+    FOR grantee IN
+        SELECT CASE WHEN a.grantee = 0 THEN 'PUBLIC'
+                    ELSE pg_catalog.quote_ident(r.rolname) END
+          FROM pg_catalog.aclexplode(NULLIF(
+                   pg_catalog.current_setting('ordered_events_router.released_acl'), '')::aclitem[]) a
+          LEFT JOIN pg_catalog.pg_roles r ON r.oid = a.grantee
+         WHERE a.privilege_type = 'EXECUTE'
+           AND a.grantee <> (SELECT p.proowner FROM pg_catalog.pg_proc p WHERE p.oid = f)
+    LOOP
+        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s', f, grantee);
+    END LOOP;
+    UPDATE pg_catalog.pg_init_privs i SET initprivs = initial
+     WHERE i.classoid = 'pg_catalog.pg_proc'::pg_catalog.regclass AND i.objoid = f
+       AND i.objsubid = 0;
 END;
 $$;
 

@@ -51,6 +51,25 @@ SELECT ordered_events.release_through('sh', NULL);
 SELECT ordered_events.skip_gap('sh', 20, 'not here');
 SELECT ordered_events.alter_stream('sh', gap_policy => 'timeout', gap_timeout => '1 s');
 \set VERBOSITY default
+-- a batch is checked whole before any of it is written (docs/sharding.md,
+-- "Writing through the router"): nothing of these is accepted
+SELECT ordered_events.ingest_array('sh', ARRAY[30, NULL, 32], ARRAY['a', 'a', 'a'],
+                                   ARRAY[NULL, NULL, NULL]::jsonb[]);
+SELECT ordered_events.ingest_array('sh', ARRAY[30, 31], ARRAY['a', NULL],
+                                   ARRAY[NULL, NULL]::jsonb[]);
+SELECT ordered_events.ingest_array('sh', ARRAY[30, 31], ARRAY['a', repeat('k', 1025)],
+                                   ARRAY[NULL, NULL]::jsonb[]);
+SELECT ordered_events.ingest_array('sh', ARRAY[30, 31], ARRAY['a', 'b'], ARRAY['{}']::jsonb[]);
+SELECT ordered_events.ingest_array('sh', ARRAY[30, 31, 32], ARRAY['a', 'b'],
+                                   ARRAY[NULL, NULL, NULL]::jsonb[]);
+SELECT ordered_events.ingest_array('sh', ARRAY[[30, 31]], ARRAY['a', 'b'], ARRAY[NULL, NULL]::jsonb[]);
+SELECT ordered_events.ingest_array('sh', NULL, ARRAY['a'], ARRAY[NULL]::jsonb[]);
+SELECT ordered_events.ingest_array('sh', ARRAY[30], ARRAY['a'], NULL);
+SELECT ordered_events.ingest_array(NULL, ARRAY[30], ARRAY['a'], ARRAY[NULL]::jsonb[]);
+SELECT count(*) AS written FROM ordered_events.accepted_events WHERE stream = 'sh' AND seq >= 30;
+-- a key of 1024 bytes is the longest; the empty batch writes nothing
+SELECT ordered_events.check_event_batch('sh', ARRAY[30], ARRAY[repeat('k', 1024)], ARRAY[NULL]::jsonb[]);
+SELECT ordered_events.ingest_array('sh', '{}', '{}', '{}');
 SELECT ordered_events.skip_gap('sh', 20, 'not here');
 SELECT ordered_events.shard_stream('sh_keys');
 SELECT ordered_events.release_through('sh_done', 5);

@@ -19,12 +19,19 @@
 void
 oe_check_key(const OeStream *stream, text *key, const int64 *seq)
 {
+	oe_check_key_of(stream->name, key, seq);
+}
+
+/* The same check for a stream known by its name only (a router's batch). */
+void
+oe_check_key_of(const char *stream, text *key, const int64 *seq)
+{
 	if (VARSIZE_ANY_EXHDR(key) > OE_MAX_KEY_BYTES)
 		ereport(ERROR,
 				(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
 				 errmsg("key of %zu bytes is too long", VARSIZE_ANY_EXHDR(key)),
-				 seq ? errdetail("Stream \"%s\", seq " INT64_FORMAT ".", stream->name, *seq)
-				 : errdetail("Stream \"%s\".", stream->name),
+				 seq ? errdetail("Stream \"%s\", seq " INT64_FORMAT ".", stream, *seq)
+				 : errdetail("Stream \"%s\".", stream),
 				 errhint("A key has at most %d bytes; use a hash of a longer identifier.",
 						 OE_MAX_KEY_BYTES)));
 }

@@ -569,6 +569,7 @@ extern OeStream oe_stream_arg(FunctionCallInfo fcinfo, int argno);
 
 /* keys.c */
 extern void oe_check_key(const OeStream *stream, text *key, const int64 *seq);
+extern void oe_check_key_of(const char *stream, text *key, const int64 *seq);
 extern text *oe_lane_of(const OeStream *stream, text *key);
 extern uint64 oe_key_hash(text *key);
 

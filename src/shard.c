@@ -17,11 +17,19 @@
  * released, and notifies at commit.  Calling it again with the same or a lower end
  * releases nothing, so a router may repeat it after a failure.
  *
+ * check_event_batch() makes the checks ingest() makes of each event's
+ * arguments, for a whole batch before any of it is written: on a shard
+ * (ingest_array()), and on a router before it sends any shard its part, so
+ * that a bad batch is refused everywhere alike and writes nothing.
+ *
  *-------------------------------------------------------------------------
  */
 #include "ordered_events.h"
 
+#include "catalog/pg_type.h"
 #include "miscadmin.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
 #include "utils/snapmgr.h"
 
 /* The body of release_through(): "arg" is the end, exclusive. */
@@ -74,4 +82,97 @@ oe_release_through(PG_FUNCTION_ARGS)
 	if (released > 0)
 		oe_note_events_written();
 	PG_RETURN_INT64(released);
+}
+
+/* The error for a NULL array of a batch. */
+static ArrayType *
+batch_array_arg(FunctionCallInfo fcinfo, int argno, const char *name)
+{
+	ArrayType  *array;
+
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be null", name),
+				 errhint("Pass one array of seqs, one of keys and one of payloads, an element per event; a payload may be NULL.")));
+	array = PG_GETARG_ARRAYTYPE_P(argno);
+	if (ARR_NDIM(array) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be a one-dimensional array", name),
+				 errdetail("It has %d dimensions.", ARR_NDIM(array)),
+				 errhint("Pass an element per event.")));
+	return array;
+}
+
+/* The error for a NULL seq or key of a batch: event "i", counted from 1. */
+static void
+error_null_in_batch(const char *name, const char *stream, int i)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+			 errmsg("%s must not be null", name),
+			 errdetail("Event %d of the batch for stream \"%s\".", i, stream),
+			 errhint("Every event needs a stream, a seq and a key.")));
+}
+
+/*
+ * check_event_batch(stream text, seqs bigint[], keys text[], payloads jsonb[])
+ *		returns void
+ *
+ * Fail unless every event of the batch would pass ingest()'s checks of its
+ * arguments: three one-dimensional arrays of the same length, no NULL seq
+ * or key, no key over the limit (a payload may be NULL).  Looks nothing
+ * up: the stream is checked where it lives.  Reads and writes nothing.
+ */
+PG_FUNCTION_INFO_V1(oe_check_event_batch);
+Datum
+oe_check_event_batch(PG_FUNCTION_ARGS)
+{
+	ArrayType  *seqs;
+	ArrayType  *keys;
+	ArrayType  *payloads;
+	char	   *stream;
+	int			n;
+	Datum	   *seq_values;
+	bool	   *seq_nulls;
+	Datum	   *key_values;
+	bool	   *key_nulls;
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("stream must not be null"),
+				 errhint("Every event needs a stream, a seq and a key.")));
+	stream = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	seqs = batch_array_arg(fcinfo, 1, "seqs");
+	keys = batch_array_arg(fcinfo, 2, "keys");
+	payloads = batch_array_arg(fcinfo, 3, "payloads");
+
+	n = ArrayGetNItems(ARR_NDIM(seqs), ARR_DIMS(seqs));
+	if (ArrayGetNItems(ARR_NDIM(keys), ARR_DIMS(keys)) != n ||
+		ArrayGetNItems(ARR_NDIM(payloads), ARR_DIMS(payloads)) != n)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("seqs, keys and payloads must have the same length"),
+				 errdetail("seqs has %d elements, keys %d, payloads %d.", n,
+						   ArrayGetNItems(ARR_NDIM(keys), ARR_DIMS(keys)),
+						   ArrayGetNItems(ARR_NDIM(payloads), ARR_DIMS(payloads))),
+				 errhint("Pass one seq, one key and one payload (or NULL) per event.")));
+
+	deconstruct_array(seqs, INT8OID, sizeof(int64), FLOAT8PASSBYVAL, TYPALIGN_DOUBLE,
+					  &seq_values, &seq_nulls, &n);
+	deconstruct_array(keys, TEXTOID, -1, false, TYPALIGN_INT, &key_values, &key_nulls, &n);
+	for (int i = 0; i < n; i++)
+	{
+		int64		seq;
+
+		if (seq_nulls[i])
+			error_null_in_batch("seq", stream, i + 1);
+		if (key_nulls[i])
+			error_null_in_batch("key", stream, i + 1);
+		seq = DatumGetInt64(seq_values[i]);
+		oe_check_key_of(stream, (text *) DatumGetPointer(key_values[i]), &seq);
+	}
+	PG_RETURN_VOID();
 }

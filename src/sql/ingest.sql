@@ -125,6 +125,8 @@ AS $$
 DECLARE
     written bigint;
 BEGIN
+    -- the whole batch first: a bad event writes nothing (src/shard.c)
+    PERFORM ordered_events.check_event_batch(stream, seqs, keys, payloads);
     INSERT INTO ordered_events.inbox (stream, seq, key, payload)
     SELECT ingest_array.stream, u.seq, u.key, u.payload
       FROM unnest(seqs, keys, payloads) u(seq, key, payload);

@@ -84,3 +84,16 @@ $$;
 COMMENT ON FUNCTION ordered_events.shard_skip(text, bigint, bigint, text) IS
     'Record on a shard a run of seqs its router skipped on the global range';
 REVOKE EXECUTE ON FUNCTION ordered_events.shard_skip(text,bigint,bigint,text) FROM PUBLIC;
+/*
+ * The checks ingest() makes of each event's arguments, made of a whole
+ * batch before any of it is written: by ingest_array(), and by a router
+ * before it sends each shard its part.  It reads and writes nothing, so
+ * PUBLIC may call it (the role a router connects as runs ingest_array()).
+ */
+CREATE FUNCTION ordered_events.check_event_batch(stream text, seqs bigint[], keys text[],
+                                                 payloads jsonb[])
+RETURNS void
+LANGUAGE c IMMUTABLE PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'oe_check_event_batch';
+COMMENT ON FUNCTION ordered_events.check_event_batch(text, bigint[], text[], jsonb[]) IS
+    'Fail unless every event of a batch passes ingest()''s checks of its arguments: arrays of one length, no NULL seq or key, no key over the limit';

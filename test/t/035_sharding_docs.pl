@@ -12,9 +12,11 @@
 #   host=shardN.example.com port=5432 become the shard clusters' sockets
 #   and ports;
 # - the roles producer and reader, which the page grants to, are created,
-#   and the router's ingest() and released() run as them (SET ROLE): the
-#   grants are the ones the page gives; every call from the router to a
-#   shard runs as oe_router, with the shard-side grants of the page;
+#   and the router's ingest(), ingest_many() and released() run as them
+#   (SET ROLE), and so do the reader's queries of ranges and shard_status
+#   in "Reading a sharded stream": the grants are the ones the page gives;
+#   every call from the router to a shard runs as oe_router, with the
+#   shard-side grants of the page;
 # - the router's worker is off until the monitoring examples, so that the
 #   combine steps by hand return what the page says (with the worker on,
 #   it would have combined before them); then it is turned on;
@@ -76,8 +78,8 @@ sub run
 # (released()), the owner does the rest.
 sub on_router
 {
-	my ($sql) = @_;
-	my $role =
+	my ($sql, $role) = @_;
+	$role //=
 	    $sql =~ /ordered_events_router\.ingest/ ? 'producer'
 	  : $sql =~ /ordered_events_router\.released\(/ ? 'reader'
 	  : undef;
@@ -152,14 +154,12 @@ is(run('router', 'SELECT ordered_events_router.shard_count()'), 2, 'setup: the r
 # The roles the page grants to (it does not show them made).
 run('router', 'CREATE ROLE producer; CREATE ROLE reader');
 my @router_grants = statements(<<'SQL');
-GRANT USAGE ON FOREIGN SERVER ordered_events_shards TO producer, reader;
+GRANT USAGE ON FOREIGN SERVER ordered_events_shards TO producer;
 GRANT USAGE ON SCHEMA ordered_events_router TO producer, reader;
 GRANT EXECUTE ON FUNCTION ordered_events_router.ingest(text, bigint, text, jsonb, timestamptz, timestamptz, boolean),
                           ordered_events_router.ingest_many(text, bigint[], text[], jsonb[]) TO producer;
-GRANT EXECUTE ON FUNCTION ordered_events_router.released(text, bigint, integer),
-                          ordered_events_router.global_stream_or_error(text, boolean),
-                          ordered_events_router.on_shard_released(integer, text, bigint, bigint, integer) TO reader;
-GRANT SELECT ON ordered_events_router.stream, ordered_events_router.shard_stream TO reader;
+GRANT EXECUTE ON FUNCTION ordered_events_router.released(text, bigint, integer) TO reader;
+GRANT SELECT ON ordered_events_router.ranges, ordered_events_router.shard_status TO reader;
 SQL
 is(scalar @router_grants, 5, 'setup: the grants block has five statements');
 run('router', $_) for @router_grants;
@@ -385,6 +385,93 @@ is(sorted(run('shard1', $per_key[4])), "1|alice\n1|bob\n2|alice",
 is(run('shard0', $per_key[5]), 'carol||1', 'per key: carol\'s 2 waits on shard0 for her 1');
 
 #
+# Writing through the router: a bad batch is refused whole.
+#
+my @writing = statements(<<'SQL');
+SELECT * FROM ordered_events_router.ingest_many('orders', ARRAY[12, 13], ARRAY['key1', NULL],
+                                                ARRAY[NULL, NULL]::jsonb[]);
+--  ERROR:  key must not be null
+--  DETAIL:  Event 2 of the batch for stream "orders".
+--  HINT:  Every event needs a stream, a seq and a key.
+SQL
+is(scalar @writing, 1, 'writing: the block has one statement');
+($ret, $stdout, $stderr) = $router->psql('router', "SET ROLE producer;\n$writing[0]");
+isnt($ret, 0, 'writing: the batch with a NULL key is refused');
+like( $stderr,
+	qr/ERROR:  key must not be null\nDETAIL:  Event 2 of the batch for stream "orders"\.\nHINT:  Every event needs a stream, a seq and a key\./,
+	'writing: with the message, detail and hint the page shows');
+is( join(',', map { run($_, q{SELECT count(*) FROM ordered_events.accepted_events
+                               WHERE stream = 'orders' AND seq >= 12}) } 'shard0', 'shard1'),
+	'0,0', 'writing: nothing of it is written on any shard');
+
+#
+# Reading a sharded stream: the recipe, a lag.
+#
+my @recipe = statements(<<'SQL');
+SELECT range_start FROM ordered_events_router.ranges WHERE stream = 'orders';
+--  1
+SELECT seq, key, skipped_through FROM ordered_events_router.released('orders', 1, 100);
+--  1 | key1 |
+--  2 | key2 |
+--  3 | key1 |
+--  4 | key1 |
+--  5 | key2 |
+--  6 | key1 |
+--  7 | key2 |
+--  8 | key2 |
+--  9 | key1 |
+--  10 |      | 10                                 skipped by skip_gap() above
+--  11 | key2 |
+-- the next read is from 12
+SELECT seq, key, skipped_through FROM ordered_events_router.released('orders', 12, 100);
+--  (no rows)                                       nothing from 12 on yet
+SQL
+is(scalar @recipe, 3, 'recipe: the block has three statements');
+is(on_router($recipe[0], 'reader'), '1', 'recipe: the reader starts at range_start, 1');
+is( on_router($recipe[1]),
+	join("\n", '1|key1|', '2|key2|', '3|key1|', '4|key1|', '5|key2|', '6|key1|', '7|key2|',
+		'8|key2|', '9|key1|', '10||10', '11|key2|'),
+	'recipe: 1 to 11 in seq order, 10 as a skipped run');
+is(on_router($recipe[2]), '', 'recipe: nothing from 12 on yet');
+
+my @lag = statements(<<'SQL');
+-- on shard1
+REVOKE EXECUTE ON FUNCTION ordered_events.release_through(text, bigint) FROM oe_router;
+-- on the router
+SELECT ordered_events_router.ingest('orders', 12, 'key1'), ordered_events_router.ingest('orders', 13, 'key2');
+SELECT ordered_events_router.combine('orders');
+--  2
+SELECT range_end, released_end FROM ordered_events_router.ranges WHERE stream = 'orders';
+--  14 | 12                                         shard 1 lags: released() stops at 12
+SELECT seq, key, skipped_through FROM ordered_events_router.released('orders', 12, 100);
+--  (no rows)                                       a lag: ask again later, from 12
+SELECT shard, failing, last_error FROM ordered_events_router.shard_status WHERE failing;
+--  1 | t | ordered_events_router.on_shard_release_through(3): [shard1] REMOTE ERROR: permission denied for function release_through
+-- on shard1
+GRANT EXECUTE ON FUNCTION ordered_events.release_through(text, bigint) TO oe_router;
+-- on the router: the next combine step releases shard 1
+SELECT ordered_events_router.combine('orders');
+--  0
+SELECT seq, key, skipped_through FROM ordered_events_router.released('orders', 12, 100);
+--  12 | key1 |
+--  13 | key2 |
+SQL
+is(scalar @lag, 9, 'lag: the block has nine statements');
+run('shard1', $lag[0]);
+is(on_router($lag[1]), 'accepted|accepted', 'lag: 12 and 13 accepted');
+is(on_router($lag[2]), '2', 'lag: the range moves 2 seqs');
+is(on_router($lag[3], 'reader'), '14|12', 'lag: the reader sees the range at 14, released below 12');
+is(on_router($lag[4]), '', 'lag: released() from 12 returns nothing');
+is( on_router($lag[5], 'reader'),
+	'1|t|ordered_events_router.on_shard_release_through(3): [shard1] REMOTE ERROR: permission denied for function release_through',
+	'lag: the reader sees shard 1 failing, and why');
+is( run('shard0', q{SELECT range_end FROM ordered_events.ranges WHERE stream = 'orders'}),
+	'14', 'lag: shard 0 released 12');
+run('shard1', $lag[6]);
+is(on_router($lag[7]), '0', 'lag: the next combine step moves no range');
+is(on_router($lag[8]), "12|key1|\n13|key2|", 'lag: released() from 12 returns 12 and 13');
+
+#
 # Reading a sharded stream: a consumer on each shard.
 #
 my @consumer = statements(<<'SQL');
@@ -392,8 +479,8 @@ my @consumer = statements(<<'SQL');
 SELECT ordered_events.create_consumer('billing');
 SELECT ordered_events.subscribe('billing', 'orders');
 SELECT stream, seq, key FROM ordered_events.read('billing', 100);
---  orders 1 key1 / orders 3 key1 / orders 4 key1 / orders 6 key1 / orders 9 key1
---  (on shard1: orders 2, 5, 7, 8 and 11, all key2)
+--  orders 1 key1 / orders 3 key1 / orders 4 key1 / orders 6 key1 / orders 9 key1 / orders 12 key1
+--  (on shard1: orders 2, 5, 7, 8, 11 and 13, all key2)
 SQL
 is(scalar @consumer, 3, 'consumer: the block has three statements');
 my %read;
@@ -402,10 +489,10 @@ for my $shard ('shard0', 'shard1')
 	run($shard, $_) for @consumer[ 0, 1 ];
 	$read{$shard} = run($shard, $consumer[2]);
 }
-is( $read{shard0}, join("\n", map { "orders|$_|key1" } 1, 3, 4, 6, 9),
-	'consumer: on shard0, 1, 3, 4, 6 and 9 of key1');
-is( $read{shard1}, join("\n", map { "orders|$_|key2" } 2, 5, 7, 8, 11),
-	'consumer: on shard1, 2, 5, 7, 8 and 11 of key2');
+is( $read{shard0}, join("\n", map { "orders|$_|key1" } 1, 3, 4, 6, 9, 12),
+	'consumer: on shard0, 1, 3, 4, 6, 9 and 12 of key1');
+is( $read{shard1}, join("\n", map { "orders|$_|key2" } 2, 5, 7, 8, 11, 13),
+	'consumer: on shard1, 2, 5, 7, 8, 11 and 13 of key2');
 
 #
 # Monitoring a sharded cluster: the router's worker on now, as the page's
@@ -425,9 +512,10 @@ my @monitoring = statements(<<'SQL');
 SELECT * FROM ordered_events_router.shard_status;
 --  shard | last_ok_at | last_error | last_error_at | failing | min_released_through
 
--- the combined range of each global stream
+-- the combined range of each global stream, and how far every shard
+-- released it (released() reads below released_end)
 SELECT * FROM ordered_events_router.ranges;
---  stream | range_start | range_end | max_event_ts | updated_at
+--  stream | range_start | range_end | max_event_ts | updated_at | released_end
 
 -- how far each shard released each global stream
 SELECT * FROM ordered_events_router.shard_stream;
@@ -450,12 +538,12 @@ is( columns($monitoring[0]), 'shard | last_ok_at | last_error | last_error_at | 
 	'monitoring: the columns of shard_status');
 is(run('router', 'SELECT shard, failing FROM ordered_events_router.shard_status'), "0|f\n1|f",
 	'monitoring: a row per shard, neither failing');
-is(columns($monitoring[1]), 'stream | range_start | range_end | max_event_ts | updated_at',
+is(columns($monitoring[1]), 'stream | range_start | range_end | max_event_ts | updated_at | released_end',
 	'monitoring: the columns of ranges');
 is( run('router', 'SELECT stream, range_end FROM ordered_events_router.ranges ORDER BY stream'),
-	"orders|12\npayments|4", 'monitoring: a row per global stream (sessions is per key)');
+	"orders|14\npayments|4", 'monitoring: a row per global stream (sessions is per key)');
 is(columns($monitoring[2]), 'shard | stream | released_through', 'monitoring: the columns of shard_stream');
-is( sorted(run('router', $monitoring[2])), "0|orders|12\n0|payments|4\n1|orders|12\n1|payments|4",
+is( sorted(run('router', $monitoring[2])), "0|orders|14\n0|payments|4\n1|orders|14\n1|payments|4",
 	'monitoring: each shard released each global stream through its range');
 like(run('router', $monitoring[3]), qr/^router\|\w+\|$/,
 	'monitoring: the router\'s worker serves the router, without an error');
