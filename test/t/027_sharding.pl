@@ -701,7 +701,7 @@ is(router_status('last_error'), '', 'hook: no error so far');
 
 # A session locks the router's stream table: the combine step waits for it
 # past the worker's lock_timeout, and fails (a session that holds one
-# stream's row only is left that stream: test/t/042_sharding_contract.pl).
+# stream's row only is left that stream: test/t/043_sharding_contract.pl).
 my $log_offset = -s $router->logfile;
 my $holder = $router->background_psql('postgres');
 $holder->query_safe('BEGIN');
