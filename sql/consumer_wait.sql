@@ -7,7 +7,7 @@
 --   unread it returns nothing once the wait is over (recorded: at least
 --   the wait went by); released_at is the release step's time.
 --   Errors: NULL wait 22004, a wait below 0 or above 1 hour 22023, a wait
---   in REPEATABLE READ or SERIALIZABLE 0A000; another role's read is 42501
+--   in REPEATABLE READ or SERIALIZABLE 25000; another role's read is 42501
 --   at once, waiting for nothing.
 --
 SET TimeZone = 'UTC';

@@ -31,7 +31,8 @@
  * written in the caller's transaction: a rollback consumes nothing.
  * Released events never change, so one snapshot, taken after the lock,
  * gives a consistent pool and scan.
- * peek() takes no lock and writes nothing.
+ * peek() takes no lock and writes nothing.  A waiting read() looks as
+ * peek() does until something is unread, then locks and reads.
  *
  *-------------------------------------------------------------------------
  */
@@ -768,6 +769,41 @@ oe_consumer_args(FunctionCallInfo fcinfo, const char *takes)
 	return max_events;
 }
 
+/* A sink that keeps nothing: wait_for_unread() only counts. */
+static void
+discard_row(const OeReadEvent *event, void *arg)
+{
+}
+
+/*
+ * Until the consumer partition has an unread event or the deadline, sleep
+ * until a release for the consumer commits and look again (wait.c).  A
+ * look is a peek of one event, without the partition's lock and without a
+ * transaction id: while it sleeps, the reader blocks no one (another
+ * reader of the partition, subscribe(), drop_stream()).  Each look's
+ * memory is freed before the next.
+ */
+static void
+wait_for_unread(const OeConsumer *consumer, TimestampTz deadline)
+{
+	MemoryContext look_cxt = AllocSetContextCreate(CurrentMemoryContext,
+												   "ordered_events waiting read",
+												   ALLOCSET_DEFAULT_SIZES);
+	MemoryContext old = MemoryContextSwitchTo(look_cxt);
+
+	for (;;)
+	{
+		uint64		seen = oe_release_generation(consumer->consumer_id);
+		int32		found = oe_consumer_take(consumer, 1, false, discard_row, NULL);
+
+		MemoryContextReset(look_cxt);
+		if (found > 0 || !oe_wait_for_release(consumer->consumer_id, seen, deadline))
+			break;
+	}
+	MemoryContextSwitchTo(old);
+	MemoryContextDelete(look_cxt);
+}
+
 /* read() and peek(): "consume" says which; read() may wait. */
 static Datum
 read_consumer(FunctionCallInfo fcinfo, bool consume)
@@ -801,21 +837,9 @@ read_consumer(FunctionCallInfo fcinfo, bool consume)
 						   consumer.handler),
 				 errhint("See the views ordered_events.key_state and ordered_events.results; "
 						 "ordered_events.process() applies events by hand.")));
-	if (consume)
-		oe_consumer_lock(&consumer);
-
-	/*
-	 * Look, and while nothing is unread and the deadline is ahead, sleep
-	 * until a release commits and look again (wait.c).
-	 */
-	for (;;)
-	{
-		uint64		seen = oe_release_generation(consumer.consumer_id);
-
-		if (oe_consumer_take(&consumer, max_events, consume, put_row, fcinfo->resultinfo) > 0 ||
-			deadline == 0 || !oe_wait_for_release(consumer.consumer_id, seen, deadline))
-			break;
-	}
+	if (deadline != 0)
+		wait_for_unread(&consumer, deadline);
+	(void) oe_consumer_take(&consumer, max_events, consume, put_row, fcinfo->resultinfo);
 	oe_internal_end(&scope);
 	return (Datum) 0;
 }

@@ -132,7 +132,7 @@ oe_wait_deadline(Interval *wait, const char *function)
 						 "server, or call it with wait => '0 s'.")));
 	if (IsolationUsesXactSnapshot())
 		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				(errcode(ERRCODE_INVALID_TRANSACTION_STATE),
 				 errmsg("%s cannot wait in a %s transaction", function,
 						IsolationIsSerializable() ? "SERIALIZABLE" : "REPEATABLE READ"),
 				 errdetail("Its snapshot would never see the events released meanwhile."),

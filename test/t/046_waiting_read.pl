@@ -4,7 +4,8 @@
 # that gives its partition events, whoever releases: the worker after a
 # gap fill, or release() by hand in another session.  Asserted on
 # recorded facts: the reader was seen sleeping (pg_stat_activity,
-# wait_event_type 'Extension') before the gap was filled, and returned
+# wait_event_type 'Extension', no transaction id, another session's read
+# and subscribe() not blocked) before the gap was filled, and returned
 # the events with a wait of 5 minutes long before it ran out; a release
 # for another partition does not end the wait; a cancel ends it with
 # 57014 and consumes nothing.
@@ -49,6 +50,16 @@ OrderedEvents::send_query($reader, q{
 	       || '|' || (clock_timestamp() - statement_timestamp() < interval '4 min')
 	  FROM ordered_events.read('c', 10, 0, wait => '5 min');});
 ok(reader_sleeps(), 'with nothing unread, the read sleeps');
+is($node->safe_psql('postgres', qq{
+	SELECT backend_xid IS NULL FROM pg_catalog.pg_stat_activity WHERE pid = $reader_pid}),
+	't', '... without a transaction id');
+is($node->safe_psql('postgres', q{
+	SET lock_timeout = '1 min';
+	SELECT count(*) FROM ordered_events.read('c', 10, 0);
+	SELECT ordered_events.subscribe('c', 't_other') FROM ordered_events.create_stream('t_other');
+	SELECT ordered_events.unsubscribe('c', 't_other');
+	SELECT ordered_events.drop_stream('t_other');}),
+	"0\n\n\n", '... and without the partition\'s lock: another read, subscribe() and drop_stream() go on');
 $node->safe_psql('postgres', qq{SELECT ordered_events.ingest('s', 1, '$key0')});
 my $got = $reader->query_safe(q{SELECT 'woken'});
 like($got, qr/^1,2\|true\|true\nwoken$/,
