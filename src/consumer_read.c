@@ -73,7 +73,8 @@ static OePlan plans[] = {
 		"  c.alignment = 'processing', c.handler_owner, pg_catalog.to_regprocedure(c.handler), "
 		"  (extract(epoch FROM c.handler_timeout) * 1000)::integer, "
 		"  c.on_error = 'hold', c.max_attempts, "
-		"  (extract(epoch FROM c.retry_delay) * 1000000)::bigint "
+		"  (extract(epoch FROM c.retry_delay) * 1000000)::bigint, "
+		"  c.delivery = 'lease' "
 		"FROM ordered_events.consumer_or_error($1) c",
 		1, {TEXTOID}, CURSOR_OPT_GENERIC_PLAN
 	},
@@ -417,9 +418,13 @@ next_event(Reader *r, ReadContext *cx)
 			r->head.received_at = DatumGetTimestampTz(slot_getattr(slot,
 																   Anum_oe_event_received_at,
 																   &isnull));
+			r->head.released_at = DatumGetTimestampTz(slot_getattr(r->log_slot,
+																   Anum_oe_log_released_at,
+																   &isnull));
 			r->head.last_event = DatumGetBool(slot_getattr(slot, Anum_oe_event_last_event,
 														   &isnull));
 			r->head.arrival = DatumGetInt64(slot_getattr(slot, Anum_oe_event_arrival, &isnull));
+			r->head.delivery = r->run_delivery;
 			r->head.stabilized_ts = stabilized(r->head.alignment_ts, r->bias, r->delay);
 			return true;
 		}
@@ -618,6 +623,9 @@ oe_consumer_lookup(Datum name, int32 partition, OeConsumer *consumer)
 		consumer->max_attempts = DatumGetInt32(oe_result(0, 11, &isnull));
 		consumer->retry_delay_us = DatumGetInt64(oe_result(0, 12, &isnull));
 	}
+	consumer->lease = DatumGetBool(oe_result(0, 13, &isnull));
+	if (consumer->lease)
+		consumer->max_attempts = DatumGetInt32(oe_result(0, 11, &isnull));
 	if (partition < 0 || partition >= consumer->partitions)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -791,6 +799,12 @@ read_consumer(FunctionCallInfo fcinfo, bool consume)
 						   consumer.handler),
 				 errhint("See the views ordered_events.key_state and ordered_events.results; "
 						 "ordered_events.process() applies events by hand.")));
+	if (consumer.lease && consume)
+		ereport(ERROR,
+				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+				 errmsg("consumer \"%s\" has delivery 'lease'", consumer.name),
+				 errdetail("Its events are leased, not consumed by a transaction."),
+				 errhint("Use ordered_events.receive() and ordered_events.ack().")));
 	(void) oe_consumer_take(&consumer, max_events, consume, put_row, fcinfo->resultinfo);
 	oe_internal_end(&scope);
 	return (Datum) 0;

@@ -26,6 +26,7 @@
 #include "utils/acl.h"
 #include "utils/jsonb.h"
 #include "utils/snapshot.h"
+#include "utils/tuplestore.h"
 
 #define OE_SCHEMA			"ordered_events"
 #define OE_MAX_KEY_BYTES	1024
@@ -316,6 +317,7 @@ typedef struct OeConsumer
 	Oid			reader;			/* who reads its streams ('read'): the owner,
 								 * or the caller of a consumer without one */
 	bool		locked;			/* this transaction holds its partition's lock */
+	bool		lease;			/* delivery 'lease': read by receive() (lease.c) */
 } OeConsumer;
 
 /*
@@ -335,7 +337,9 @@ typedef struct OeReadEvent
 	TimestampTz alignment_ts;
 	TimestampTz stabilized_ts;
 	TimestampTz received_at;
+	TimestampTz released_at;
 	int64		arrival;
+	int64		delivery;		/* its release log row's delivery number */
 } OeReadEvent;
 
 typedef void (*OeEventSink) (const OeReadEvent *event, void *arg);
@@ -351,7 +355,7 @@ typedef struct OePlan
 {
 	const char *sql;
 	int			nargs;
-	Oid			argtypes[10];
+	Oid			argtypes[16];
 	int			cursor_options;
 	SPIPlanPtr	plan;
 } OePlan;
@@ -525,6 +529,23 @@ extern bool oe_consumer_lock_nowait(const char *consumer, int32 partition);
 extern void oe_consumer_lock(OeConsumer *consumer);
 extern int32 oe_consumer_take(const OeConsumer *consumer, int32 max_events, bool consume,
 							  OeEventSink sink, void *arg);
+
+/* lease.c: the arguments of a receive() */
+typedef struct OeReceiveArgs
+{
+	const char *consumer;
+	int32		max_events;
+	int32		partition;
+	Interval	visibility;		/* how long the leases last */
+	Interval	wait;
+} OeReceiveArgs;
+
+extern TupleDesc oe_receive_desc(void);
+extern int32 oe_receive_events(const OeReceiveArgs *args, Tuplestorestate *rows,
+							   TupleDesc desc);
+
+/* lease_worker.c */
+extern void oe_receive_in_worker(const OeReceiveArgs *args, Tuplestorestate *rows);
 
 /* handler.c */
 extern void oe_handler_init(void);

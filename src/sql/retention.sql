@@ -188,8 +188,10 @@ SELECT d.stream
                                      AND t.partitions = c.partitions
                                      AND t.partition = s.partition
                                    WHERE s.stream_id = d.stream_id
-                                     AND s.taken_count < t.released_count
-                                     AND s.read_delivery <= l.delivery))
+                                     AND ((s.taken_count < t.released_count
+                                           AND s.read_delivery <= l.delivery)
+                                          -- a lease consumer's events out (src/lease.c)
+                                          OR s.leased_delivery <= l.delivery)))
     OR EXISTS (SELECT FROM ordered_events.unprocessed u
                 WHERE d.dead_letter_retention IS NOT NULL
                   AND u.stream = d.stream AND u.consumer IS NULL
