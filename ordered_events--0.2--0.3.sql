@@ -2582,6 +2582,10 @@ BEGIN
         PERFORM ordered_events.invalid_option('delivery', delivery,
             'Use ''transaction'' (read() consumes events in the reading transaction: exactly once) or ''lease'' (receive() leases them until ack(): at least once, for work outside the database).');
     END IF;
+    IF delivery = 'lease' AND max_attempts NOT BETWEEN 1 AND 100 THEN
+        PERFORM ordered_events.invalid_option('max_attempts', max_attempts::text,
+            'Use 1 to 100: how many times an event is delivered before it becomes a dead letter.');
+    END IF;
     PERFORM ordered_events.check_handler_timeout(handler_timeout);
     PERFORM ordered_events.check_failure_policy(on_error, max_attempts, retry_delay);
     IF delivery = 'lease' THEN
@@ -2666,6 +2670,10 @@ DECLARE
     s record;
 BEGIN
     c := ordered_events.consumer_to_change(consumer, caller, for_update => true);
+    IF c.delivery = 'lease' AND max_attempts NOT BETWEEN 1 AND 100 THEN
+        PERFORM ordered_events.invalid_option('max_attempts', max_attempts::text,
+            'Use 1 to 100: how many times an event is delivered before it becomes a dead letter.');
+    END IF;
     PERFORM ordered_events.check_handler_timeout(handler_timeout);
     PERFORM ordered_events.check_failure_policy(on_error, max_attempts, retry_delay);
     IF c.handler IS NULL AND (handler_timeout IS NOT NULL OR on_error IS NOT NULL

@@ -1762,6 +1762,8 @@ process_named(Datum name, int32 partition, int32 max_events, bool in_worker, int
 		ereport(ERROR,
 				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
 				 errmsg("consumer \"%s\" has no handler", consumer.name),
+				 consumer.lease ?
+				 errhint("Receive its events with ordered_events.receive().") :
 				 errhint("Read its events with ordered_events.read().")));
 	/* the worker took the lock without waiting (oe_consumer_lock_nowait) */
 	consumer.locked = in_worker;
