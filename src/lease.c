@@ -922,12 +922,15 @@ save_rows(Receive *rc)
 	save_floors(rc);
 }
 
-/* The consumer of a receive(), ack() or nack(), if the caller may use it. */
+/*
+ * The consumer of a receive(), ack() or nack(), if "caller" (the role
+ * that called, not the internal scope's) may use it.  Call inside an
+ * internal scope.
+ */
 static void
-lease_consumer(Datum name, int32 partition, OeConsumer *consumer, const char *function)
+lease_consumer(Oid caller, Datum name, int32 partition, OeConsumer *consumer,
+			   const char *function)
 {
-	Oid			caller = GetUserId();
-
 	oe_consumer_lookup(name, partition, consumer);
 	oe_check_owner(caller, consumer->owner, "consumer", consumer->name);
 	oe_check_not_in_step(consumer->consumer_id);
@@ -952,6 +955,7 @@ static int32
 receive_try(const OeReceiveArgs *args, Tuplestorestate *rows, TupleDesc desc,
 			TimestampTz *next_due)
 {
+	Oid			caller = GetUserId();
 	OeInternalScope scope;
 	Receive    *rc = palloc0(sizeof(Receive));
 	HASHCTL		ctl = {0};
@@ -961,7 +965,7 @@ receive_try(const OeReceiveArgs *args, Tuplestorestate *rows, TupleDesc desc,
 	rc->rows = rows;
 	rc->desc = desc;
 	oe_internal_begin(&scope, oe_relations()->owner);
-	lease_consumer(CStringGetTextDatum(args->consumer), args->partition, &rc->consumer,
+	lease_consumer(caller, CStringGetTextDatum(args->consumer), args->partition, &rc->consumer,
 				   "receive()");
 	oe_consumer_lock(&rc->consumer);
 	rc->now = GetCurrentTimestamp();
@@ -1189,6 +1193,7 @@ settle_batch(const OeConsumer *consumer, int64 batch, const int64 *receipts, int
 static int64
 settle(FunctionCallInfo fcinfo, const char *function, const TimestampTz *returned)
 {
+	Oid			caller = GetUserId();
 	OeInternalScope scope;
 	OeConsumer	consumer;
 	int64	   *receipts;
@@ -1200,7 +1205,7 @@ settle(FunctionCallInfo fcinfo, const char *function, const TimestampTz *returne
 	PreventCommandIfReadOnly(function);
 
 	oe_internal_begin(&scope, oe_relations()->owner);
-	lease_consumer(PG_GETARG_DATUM(0), 0, &consumer, function);
+	lease_consumer(caller, PG_GETARG_DATUM(0), 0, &consumer, function);
 	for (int i = 0; i < n;)
 	{
 		int64		batch = receipts[i] >> LEASE_SLOT_BITS;
