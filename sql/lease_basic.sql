@@ -194,3 +194,4 @@ SELECT * FROM pg_temp.leases('lb_k');
 SELECT count(*) AS lease_rows FROM ordered_events.lease;
 SELECT ordered_events.drop_consumer(c) FROM unnest(ARRAY['lb_c', 'lb_m', 'lb_k', 'lb_p', 'lb_rc']) c;
 SELECT count(*) AS lease_rows FROM ordered_events.lease;
+SELECT ordered_events.drop_stream(s) FROM unnest(ARRAY['lb_s', 'lb_t', 'lb_u', 'lb_v', 'lb_r']) s;

@@ -131,4 +131,5 @@ SELECT ordered_events.create_consumer('le_x', max_attempts => 1);
 SELECT consumer, delivery, max_attempts FROM ordered_events.consumer_def
  WHERE consumer IN ('le_l', 'le_x') ORDER BY consumer;
 SELECT ordered_events.drop_consumer(c) FROM unnest(ARRAY['le_l', 'le_t', 'le_h', 'le_x']) c;
+SELECT ordered_events.drop_stream('le_s');
 DROP FUNCTION public.le_count(jsonb, ordered_events.event);
