@@ -2455,8 +2455,6 @@ ALTER TABLE ordered_events.consumer_def
     ADD CONSTRAINT consumer_def_lease_check CHECK (delivery = 'transaction' OR handler IS NULL);
 COMMENT ON COLUMN ordered_events.consumer_def.delivery IS
     '''transaction'': read() consumes events in the reading transaction; ''lease'': receive() leases them until ack() (src/lease.c)';
--- a lease consumer's oldest event out, which retention keeps (src/lease.c)
-ALTER TABLE ordered_events.subscription ADD COLUMN leased_delivery bigint;
 
 -- A receipt is batch * 65536 + the event's slot in its batch.
 CREATE SEQUENCE ordered_events.lease_batch_seq AS bigint MAXVALUE 140737488355327;
@@ -2465,43 +2463,40 @@ CREATE SEQUENCE ordered_events.lease_batch_seq AS bigint MAXVALUE 14073748835532
  * row per batch: 'leased' (what one receive() delivered; due again at
  * visible_until unless acknowledged), 'returned' (given back by nack(), due
  * at visible_until), 'waiting' (taken while an earlier event of their key
- * was out; visible_until NULL).  Slot i is element i + 1 of the arrays,
- * which are written once; bit i of done is set once the event is
- * acknowledged or has moved on (delivered again, returned, a dead letter).
- * The row goes when every bit is set.
+ * was out; visible_until NULL).  events holds them, encoded (src/lease.c),
+ * written once; bit i of done is set once event i is acknowledged or has
+ * moved on (delivered again, returned, a dead letter); the row goes when
+ * every bit is set.  floors[i] is the oldest release log row (delivery)
+ * of its events of streams[i]: retention keeps it and what follows.
+ * drop_consumer() deletes the consumer's rows.
  */
 CREATE TABLE ordered_events.lease (
     batch bigint PRIMARY KEY,
-    consumer_id integer NOT NULL
-        REFERENCES ordered_events.consumer_def ON DELETE CASCADE,
+    consumer_id integer NOT NULL,
     partition integer NOT NULL,
     state text NOT NULL CHECK (state IN ('leased', 'returned', 'waiting')),
     visible_until timestamptz,
     done bit varying NOT NULL,
-    stream_ids integer[] NOT NULL,
-    seqs bigint[] NOT NULL,
-    keys text[] NOT NULL,
-    deliveries bigint[] NOT NULL,   -- of each event's release log row
-    stabilized timestamptz[] NOT NULL,
-    released timestamptz[] NOT NULL,
-    attempts integer[] NOT NULL,    -- deliveries so far; 0 while waiting
+    streams integer[] NOT NULL,
+    floors bigint[] NOT NULL,
+    events bytea NOT NULL,
     CHECK ((state = 'waiting') = (visible_until IS NULL))
 );
 -- Written once, read whole: not worth compressing at every receive().
-ALTER TABLE ordered_events.lease
-    ALTER COLUMN stream_ids SET STORAGE EXTERNAL,
-    ALTER COLUMN seqs SET STORAGE EXTERNAL,
-    ALTER COLUMN keys SET STORAGE EXTERNAL,
-    ALTER COLUMN deliveries SET STORAGE EXTERNAL,
-    ALTER COLUMN stabilized SET STORAGE EXTERNAL,
-    ALTER COLUMN released SET STORAGE EXTERNAL,
-    ALTER COLUMN attempts SET STORAGE EXTERNAL;
+ALTER TABLE ordered_events.lease ALTER COLUMN events SET STORAGE EXTERNAL;
 CREATE INDEX lease_partition_idx ON ordered_events.lease (consumer_id, partition, batch);
 ALTER SEQUENCE ordered_events.lease_batch_seq OWNED BY ordered_events.lease.batch;
 COMMENT ON TABLE ordered_events.lease IS
     'Internal: the events of lease consumers that are out or waiting, by batch';
 SELECT pg_catalog.pg_extension_config_dump('ordered_events.lease_batch_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('ordered_events.lease', '');
+-- The view leases calls it as its reader: it stays executable by PUBLIC.
+CREATE FUNCTION ordered_events.lease_events(events bytea, done bit varying)
+RETURNS TABLE (slot integer, stream_id integer, seq bigint, key text, attempt integer)
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'oe_lease_events';
+COMMENT ON FUNCTION ordered_events.lease_events(bytea, bit varying) IS
+    'Internal: the events of a lease row not acknowledged or moved on yet';
 
 CREATE FUNCTION ordered_events.receive(consumer text, max_events integer DEFAULT 1000,
                                        partition integer DEFAULT 0,
@@ -2538,12 +2533,9 @@ CREATE VIEW ordered_events.leases WITH (security_barrier) AS
 SELECT c.consumer, l.partition, d.stream, e.seq, e.key, e.attempt, l.visible_until
   FROM ordered_events.lease l
   JOIN ordered_events.consumer_def c ON c.consumer_id = l.consumer_id
- CROSS JOIN LATERAL ROWS FROM (pg_catalog.unnest(l.stream_ids), pg_catalog.unnest(l.seqs),
-                               pg_catalog.unnest(l.keys), pg_catalog.unnest(l.attempts))
-       WITH ORDINALITY AS e(stream_id, seq, key, attempt, slot)
+ CROSS JOIN LATERAL ordered_events.lease_events(l.events, l.done) e
   LEFT JOIN ordered_events.stream_def d ON d.stream_id = e.stream_id
- WHERE pg_catalog.substring(l.done, e.slot::integer, 1) = B'0'
-   AND (pg_catalog.pg_has_role(c.owner, 'USAGE') OR pg_catalog.pg_has_role('pg_monitor', 'USAGE'))
+ WHERE pg_catalog.pg_has_role(c.owner, 'USAGE') OR pg_catalog.pg_has_role('pg_monitor', 'USAGE')
  ORDER BY c.consumer, l.partition, l.batch, e.slot;
 COMMENT ON VIEW ordered_events.leases IS
     'The events of lease consumers that are leased (visible_until: when they come back), returned by nack(), or waiting behind an earlier event of their key (visible_until NULL)';
@@ -2712,6 +2704,35 @@ BEGIN
 END;
 $$;
 
+-- drop_consumer() drops the consumer's leases.
+CREATE OR REPLACE FUNCTION ordered_events.drop_consumer_as(consumer text, caller regrole)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    c ordered_events.consumer_def;
+    streams integer[];
+BEGIN
+    c := ordered_events.consumer_to_change(consumer, caller);
+    -- First wait for its reads, as read() locks: never a deadlock with one.
+    PERFORM ordered_events.lock_subscriptions(c.consumer_id, NULL);
+    SELECT array_agg(DISTINCT s.stream_id) INTO streams
+      FROM ordered_events.subscription s WHERE s.consumer_id = c.consumer_id;
+    PERFORM ordered_events.lock_streams(streams);
+    -- Waits for a read of the consumer in progress (it locks these rows).
+    DELETE FROM ordered_events.consumer_def d WHERE d.consumer_id = c.consumer_id;
+    -- its handler's states, results and dead letters, and its leases go
+    -- with it, as a stream's dead letters go with drop_stream()
+    DELETE FROM ordered_events.handler_state k WHERE k.consumer_id = c.consumer_id;
+    DELETE FROM ordered_events.handler_parked p WHERE p.consumer_id = c.consumer_id;
+    DELETE FROM ordered_events.handler_result r WHERE r.consumer_id = c.consumer_id;
+    DELETE FROM ordered_events.unprocessed u WHERE u.consumer = c.consumer;
+    DELETE FROM ordered_events.lease x WHERE x.consumer_id = c.consumer_id;
+    PERFORM ordered_events.forget_unused_totals(id) FROM unnest(streams) id;
+END;
+$$;
+
 -- Retention keeps what lease consumers have out.
 CREATE OR REPLACE FUNCTION ordered_events.streams_to_compact()
 RETURNS TABLE (stream text)
@@ -2742,10 +2763,14 @@ SELECT d.stream
                                      AND t.partitions = c.partitions
                                      AND t.partition = s.partition
                                    WHERE s.stream_id = d.stream_id
-                                     AND ((s.taken_count < t.released_count
-                                           AND s.read_delivery <= l.delivery)
-                                          -- a lease consumer's events out (src/lease.c)
-                                          OR s.leased_delivery <= l.delivery)))
+                                     AND s.taken_count < t.released_count
+                                     AND s.read_delivery <= l.delivery)
+                  -- nor what lease consumers have out (src/lease.c)
+                  AND NOT EXISTS (SELECT FROM ordered_events.lease x
+                                   CROSS JOIN LATERAL ROWS FROM (pg_catalog.unnest(x.streams),
+                                                                 pg_catalog.unnest(x.floors))
+                                         AS f(stream_id, floor)
+                                   WHERE f.stream_id = d.stream_id AND f.floor <= l.delivery))
     OR EXISTS (SELECT FROM ordered_events.unprocessed u
                 WHERE d.dead_letter_retention IS NOT NULL
                   AND u.stream = d.stream AND u.consumer IS NULL

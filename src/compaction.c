@@ -161,18 +161,21 @@ static OePlan plans[] = {
 	/*
 	 * What every consumer read past: the release runs before its position,
 	 * or all of them for a partition with nothing left to read; and before
-	 * a lease consumer's oldest event out (leased_delivery, src/lease.c).
+	 * the oldest event a lease consumer has out (lease.floors, src/lease.c).
 	 */
 	[PLAN_READ_FROM] = {
-		"SELECT pg_catalog.min(LEAST(CASE WHEN s.taken_count < t.released_count "
-		"                                 THEN s.read_delivery END, s.leased_delivery)) "
-		"FROM ordered_events.subscription s "
-		"JOIN ordered_events.consumer_def c ON c.consumer_id = s.consumer_id "
-		"JOIN ordered_events.release_totals t "
-		"  ON t.stream_id = s.stream_id AND t.partitions = c.partitions "
-		" AND t.partition = s.partition "
-		"WHERE s.stream_id = $1 "
-		"  AND (s.taken_count < t.released_count OR s.leased_delivery IS NOT NULL)",
+		"SELECT LEAST((SELECT pg_catalog.min(s.read_delivery) "
+		"              FROM ordered_events.subscription s "
+		"              JOIN ordered_events.consumer_def c ON c.consumer_id = s.consumer_id "
+		"              JOIN ordered_events.release_totals t "
+		"                ON t.stream_id = s.stream_id AND t.partitions = c.partitions "
+		"               AND t.partition = s.partition "
+		"             WHERE s.stream_id = $1 AND s.taken_count < t.released_count), "
+		"             (SELECT pg_catalog.min(f.floor) FROM ordered_events.lease x "
+		"               CROSS JOIN LATERAL ROWS FROM (pg_catalog.unnest(x.streams), "
+		"                                             pg_catalog.unnest(x.floors)) "
+		"                     AS f(stream_id, floor) "
+		"              WHERE f.stream_id = $1))",
 		1, {INT4OID}, CUSTOM
 	},
 	[PLAN_NEWEST] = {

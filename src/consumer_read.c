@@ -626,10 +626,17 @@ oe_consumer_lookup(Datum name, int32 partition, OeConsumer *consumer)
 	consumer->lease = DatumGetBool(oe_result(0, 13, &isnull));
 	if (consumer->lease)
 		consumer->max_attempts = DatumGetInt32(oe_result(0, 11, &isnull));
-	if (partition < 0 || partition >= consumer->partitions)
+	oe_check_partition(consumer);
+}
+
+/* Fail unless consumer->partition is one of the consumer's partitions. */
+void
+oe_check_partition(const OeConsumer *consumer)
+{
+	if (consumer->partition < 0 || consumer->partition >= consumer->partitions)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("invalid value for partition: %d", partition),
+				 errmsg("invalid value for partition: %d", consumer->partition),
 				 errdetail("Consumer \"%s\" has %d partition(s).",
 						   consumer->name, consumer->partitions),
 				 errhint("Use a partition from 0 to %d.", consumer->partitions - 1)));

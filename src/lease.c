@@ -10,16 +10,16 @@
  * them: they are delivered again, with attempt + 1, unless ack() consumes
  * them before their visibility runs out.  What is out is kept in
  * ordered_events.lease, one row per batch, its events in arrays written
- * once (slot i is element i + 1) and a bit string "done" whose bit i is set
- * once event i is acknowledged or has moved on:
+ * once (encoded in one bytea, see encode_events()) and a bit string "done"
+ * whose bit i is set once event i is acknowledged or has moved on:
  *  - 'leased': what one receive() delivered; receipt = batch * 65536 + slot;
  *  - 'returned': what nack() gave back, due again at visible_until;
  *  - 'waiting': events taken from the pool while an earlier event of their
  *	  key was out, delivered in their order once it is not.
  * An event's payload stays in event_store and is read again by (stream,
- * lane, seq) to deliver it again; retention keeps it: each subscription's
- * leased_delivery is the release log row of the oldest event of the
- * stream that is out or waiting (as of the partition's last receive()).
+ * lane, seq) to deliver it again; retention keeps it: each row holds, for
+ * each stream of its events, the oldest release log row (delivery) among
+ * them (streams, floors), below which retention may delete.
  *
  * Per-key order: at most one event of a key (over all the consumer's
  * streams, as handler states are per key) is leased or returned at a time;
@@ -51,13 +51,14 @@
 
 #include "access/detoast.h"
 #include "access/xact.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_type.h"
+#include "commands/sequence.h"
 #include "common/hashfn.h"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
-#include "utils/hsearch.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
@@ -73,48 +74,37 @@
 /* The columns of receive()'s rows. */
 #define RECEIVE_COLUMNS		10
 
-/* The arrays of a lease row, in the order of the table's columns. */
-enum
-{
-	ARR_STREAM,
-	ARR_SEQ,
-	ARR_KEY,
-	ARR_DELIVERY,
-	ARR_STABILIZED,
-	ARR_RELEASED,
-	ARR_ATTEMPT,
-	NARRAYS
-};
-
-static const Oid array_types[NARRAYS] = {
-	INT4OID, INT8OID, TEXTOID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID
-};
+/* The version of the encoding of a batch's events (encode_events()). */
+#define EVENTS_FORMAT		1
 
 enum
 {
+	PLAN_CONSUMER,
 	PLAN_SUBSCRIPTIONS,
 	PLAN_ROWS,
 	PLAN_LOCK_ROWS,
 	PLAN_EVENTS,
-	PLAN_NEXT_BATCH,
-	PLAN_INSERT,
 	PLAN_SET_DONE,
 	PLAN_DELETE,
-	PLAN_FLOORS,
 	PLAN_RECEIPT_ROW
 };
 
 static OePlan plans[] = {
+	[PLAN_CONSUMER] = {
+		"SELECT consumer_id, partitions, owner, delivery = 'lease', handler IS NOT NULL, "
+		"  max_attempts "
+		"FROM ordered_events.consumer_def WHERE consumer = $1",
+		1, {TEXTOID}, CURSOR_OPT_GENERIC_PLAN
+	},
 	[PLAN_SUBSCRIPTIONS] = {
-		"SELECT s.stream_id, d.stream, d.sequencing = 'per_key', s.leased_delivery "
+		"SELECT s.stream_id, d.stream, d.sequencing = 'per_key' "
 		"FROM ordered_events.subscription s "
 		"JOIN ordered_events.stream_def d ON d.stream_id = s.stream_id "
 		"WHERE s.consumer_id = $1 AND s.partition = $2",
 		2, {INT4OID, INT4OID}, CURSOR_OPT_GENERIC_PLAN
 	},
 	[PLAN_ROWS] = {
-		"SELECT batch, state, visible_until, done, stream_ids, seqs, keys, deliveries, "
-		"  stabilized, released, attempts "
+		"SELECT batch, state, visible_until, done, events "
 		"FROM ordered_events.lease WHERE consumer_id = $1 AND partition = $2 ORDER BY batch",
 		2, {INT4OID, INT4OID}, CURSOR_OPT_GENERIC_PLAN
 	},
@@ -132,19 +122,6 @@ static OePlan plans[] = {
 		"  AND e.lane = u.lane COLLATE \"C\" AND e.seq = u.seq",
 		3, {INT4ARRAYOID, TEXTARRAYOID, INT8ARRAYOID}, CURSOR_OPT_GENERIC_PLAN
 	},
-	[PLAN_NEXT_BATCH] = {
-		"SELECT pg_catalog.nextval('ordered_events.lease_batch_seq')",
-		0, {0}, CURSOR_OPT_GENERIC_PLAN
-	},
-	[PLAN_INSERT] = {
-		"INSERT INTO ordered_events.lease (batch, consumer_id, partition, state, "
-		"  visible_until, done, stream_ids, seqs, keys, deliveries, stabilized, released, "
-		"  attempts) "
-		"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
-		13, {INT8OID, INT4OID, INT4OID, TEXTOID, TIMESTAMPTZOID, VARBITOID, INT4ARRAYOID,
-		INT8ARRAYOID, TEXTARRAYOID, INT8ARRAYOID, TIMESTAMPTZARRAYOID, TIMESTAMPTZARRAYOID,
-		INT4ARRAYOID}, CURSOR_OPT_GENERIC_PLAN
-	},
 	[PLAN_SET_DONE] = {
 		"UPDATE ordered_events.lease SET done = $2 WHERE batch = $1",
 		2, {INT8OID, VARBITOID}, CURSOR_OPT_GENERIC_PLAN
@@ -153,17 +130,9 @@ static OePlan plans[] = {
 		"DELETE FROM ordered_events.lease WHERE batch = $1",
 		1, {INT8OID}, CURSOR_OPT_GENERIC_PLAN
 	},
-	[PLAN_FLOORS] = {
-		"UPDATE ordered_events.subscription s SET leased_delivery = a.floor "
-		"FROM ROWS FROM (pg_catalog.unnest($3::integer[]), pg_catalog.unnest($4::bigint[])) "
-		"  AS a(stream_id, floor) "
-		"WHERE s.consumer_id = $1 AND s.partition = $2 AND s.stream_id = a.stream_id",
-		4, {INT4OID, INT4OID, INT4ARRAYOID, INT8ARRAYOID}, CURSOR_OPT_GENERIC_PLAN
-	},
 	/* the batch of a receipt, for ack() and nack() */
 	[PLAN_RECEIPT_ROW] = {
-		"SELECT partition, state = 'leased', done, stream_ids, seqs, keys, deliveries, "
-		"  stabilized, released, attempts "
+		"SELECT partition, state = 'leased', done, events "
 		"FROM ordered_events.lease WHERE batch = $1 AND consumer_id = $2 FOR UPDATE",
 		2, {INT8OID, INT4OID}, CURSOR_OPT_GENERIC_PLAN
 	},
@@ -199,26 +168,44 @@ typedef struct Subscription
 	int32		stream_id;
 	text	   *stream;
 	bool		per_key;
-	bool		floor_null;		/* leased_delivery as stored */
-	int64		floor;
-	bool		new_floor_null; /* ... and as this receive() leaves it */
-	int64		new_floor;
 } Subscription;
 
-/* What a receive() knows of a key. */
+/* What a receive() knows of a key: an entry of a KeyTable. */
 typedef struct KeyInfo
 {
-	text	   *key;
+	text	   *key;			/* outlives the receive() */
+	uint32		hash;
+	char		status;			/* simplehash's */
 	int32		out;			/* its events leased or returned */
 	bool		waiting;		/* one of its events waits */
-	struct KeyInfo *next;		/* another key of the same hash */
 } KeyInfo;
 
-typedef struct KeyBucket
+static inline uint32
+key_hash(const text *key)
 {
-	uint64		hash;
-	KeyInfo    *first;
-} KeyBucket;
+	return (uint32) hash_bytes_extended((const unsigned char *) VARDATA_ANY(key),
+										VARSIZE_ANY_EXHDR(key), 0);
+}
+
+static inline bool
+text_equal(const text *a, const text *b)
+{
+	return VARSIZE_ANY_EXHDR(a) == VARSIZE_ANY_EXHDR(b) &&
+		memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a)) == 0;
+}
+
+#define SH_PREFIX		keytable
+#define SH_ELEMENT_TYPE KeyInfo
+#define SH_KEY_TYPE		text *
+#define SH_KEY			key
+#define SH_HASH_KEY(tb, k) key_hash(k)
+#define SH_EQUAL(tb, a, b) text_equal(a, b)
+#define SH_STORE_HASH
+#define SH_GET_HASH(tb, a) a->hash
+#define SH_SCOPE		static inline
+#define SH_DECLARE
+#define SH_DEFINE
+#include "lib/simplehash.h"
 
 /* An event to deliver again, or to make a dead letter. */
 typedef struct Pending
@@ -248,7 +235,7 @@ typedef struct Receive
 	List	   *subscriptions;
 	LeaseRow   *lease_rows;
 	int			nrows;
-	HTAB	   *keys;
+	keytable_hash *keys;
 	int32		waiting;		/* events waiting, kept and new */
 	Batch		delivered;
 	Batch		new_waiting;
@@ -287,32 +274,18 @@ all_done(const VarBit *done)
 	return true;
 }
 
-static bool
-text_equal(const text *a, const text *b)
-{
-	return VARSIZE_ANY_EXHDR(a) == VARSIZE_ANY_EXHDR(b) &&
-		memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a)) == 0;
-}
-
 /* The entry of a key, made if new ("key" must outlive the receive). */
 static KeyInfo *
 key_info(Receive *rc, text *key)
 {
-	uint64		hash = hash_bytes_extended((const unsigned char *) VARDATA_ANY(key),
-										   VARSIZE_ANY_EXHDR(key), 0);
 	bool		found;
-	KeyBucket  *bucket = hash_search(rc->keys, &hash, HASH_ENTER, &found);
-	KeyInfo    *info;
+	KeyInfo    *info = keytable_insert(rc->keys, key, &found);
 
 	if (!found)
-		bucket->first = NULL;
-	for (info = bucket->first; info != NULL; info = info->next)
-		if (text_equal(info->key, key))
-			return info;
-	info = palloc0(sizeof(KeyInfo));
-	info->key = key;
-	info->next = bucket->first;
-	bucket->first = info;
+	{
+		info->out = 0;
+		info->waiting = false;
+	}
 	return info;
 }
 
@@ -331,14 +304,38 @@ subscription_of(const Receive *rc, int32 stream_id)
 	return NULL;
 }
 
+/* The lease table and its sequence, kept for the backend. */
+typedef struct LeaseObjects
+{
+	Oid			extension;		/* the extension they were looked up in */
+	Oid			lease;
+	Oid			batch_seq;
+} LeaseObjects;
+
+static const LeaseObjects *
+lease_objects(void)
+{
+	static LeaseObjects objects;
+	const OeRelations *rels = oe_relations();
+
+	if (objects.extension != rels->extension)
+	{
+		Oid			schema = get_namespace_oid(OE_SCHEMA, false);
+
+		objects.lease = get_relname_relid("lease", schema);
+		objects.batch_seq = get_relname_relid("lease_batch_seq", schema);
+		if (!OidIsValid(objects.lease) || !OidIsValid(objects.batch_seq))
+			elog(ERROR, "table %s.lease or its sequence is missing", OE_SCHEMA);
+		objects.extension = rels->extension;
+	}
+	return &objects;
+}
+
 /* The number of a new batch. */
 static int64
 next_batch(void)
 {
-	bool		isnull;
-
-	oe_run_plan(&plans[PLAN_NEXT_BATCH], NULL, NULL, SPI_OK_SELECT);
-	return DatumGetInt64(oe_result(0, 1, &isnull));
+	return nextval_internal(lease_objects()->batch_seq, true);
 }
 
 static void
@@ -365,98 +362,202 @@ load_subscriptions(Receive *rc)
 	{
 		Subscription *s = palloc0(sizeof(Subscription));
 		bool		isnull;
-		Datum		floor;
 
 		s->stream_id = DatumGetInt32(oe_result(i, 1, &isnull));
 		s->stream = DatumGetTextPCopy(oe_result(i, 2, &isnull));
 		s->per_key = DatumGetBool(oe_result(i, 3, &isnull));
-		floor = oe_result(i, 4, &isnull);
-		s->floor_null = isnull;
-		s->floor = isnull ? 0 : DatumGetInt64(floor);
-		s->new_floor_null = true;
 		rc->subscriptions = lappend(rc->subscriptions, s);
 	}
 }
 
 /*
- * The events of a lease row from its arrays (columns first .. first + 6 of
- * the last SPI result's row i).
+ * A varint at buf->data + buf->len, which has room for it (10 bytes);
+ * zigzag (see put_delta()) for signed values.
  */
-static LeaseEvent *
-row_events(uint64 i, int first, int32 *n)
+static inline void
+put_varint(StringInfo buf, uint64 value)
 {
-	Datum	   *elems[NARRAYS];
-	int			nelems = 0;
+	char	   *p = buf->data + buf->len;
+
+	while (value >= 0x80)
+	{
+		*p++ = (char) ((value & 0x7F) | 0x80);
+		value >>= 7;
+	}
+	*p++ = (char) value;
+	buf->len = p - buf->data;
+}
+
+/* value - before, zigzagged: small either way; wraps as uint64 does. */
+static inline void
+put_delta(StringInfo buf, int64 value, int64 before)
+{
+	uint64		d = (uint64) value - (uint64) before;
+
+	put_varint(buf, (d << 1) ^ (uint64) ((int64) d >> 63));
+}
+
+static uint64
+get_varint(const char **p, const char *end)
+{
+	uint64		value = 0;
+
+	for (int shift = 0; shift < 64; shift += 7)
+	{
+		uint8		byte;
+
+		if (*p >= end)
+			break;
+		byte = (uint8) *(*p)++;
+		value |= (uint64) (byte & 0x7F) << shift;
+		if ((byte & 0x80) == 0)
+			return value;
+	}
+	elog(ERROR, "the events of a lease row are damaged");
+	return 0;					/* keep compiler quiet */
+}
+
+static int64
+get_delta(const char **p, const char *end, int64 before)
+{
+	uint64		z = get_varint(p, end);
+
+	return (int64) ((uint64) before + ((z >> 1) ^ (~(z & 1) + 1)));
+}
+
+/*
+ * The events of a batch as one bytea: a format byte, the count, then each
+ * event as varints, most of them the difference from the event before
+ * (stream, seq, delivery, stabilized_ts, released_at), the key with its
+ * length, the attempt.  About 13 bytes an event where arrays of the same
+ * took 50: the row's one toasted value is a quarter of the size, which is
+ * what a receive() and an ack() write and delete (bench/lease.sh).
+ */
+static bytea *
+encode_events(const LeaseEvent *events, int32 n)
+{
+	StringInfoData buf;
+	LeaseEvent	before = {0};
+
+	initStringInfo(&buf);
+	enlargeStringInfo(&buf, VARHDRSZ + 11);
+	buf.len = VARHDRSZ;
+	buf.data[buf.len++] = EVENTS_FORMAT;
+	put_varint(&buf, (uint64) n);
+	for (int32 e = 0; e < n; e++)
+	{
+		const LeaseEvent *event = &events[e];
+		int			keylen = VARSIZE_ANY_EXHDR(event->key);
+
+		enlargeStringInfo(&buf, 7 * 10 + keylen);
+		put_delta(&buf, event->stream_id, before.stream_id);
+		put_delta(&buf, event->seq, before.seq);
+		put_varint(&buf, keylen);
+		memcpy(buf.data + buf.len, VARDATA_ANY(event->key), keylen);
+		buf.len += keylen;
+		put_delta(&buf, event->delivery, before.delivery);
+		put_delta(&buf, event->stabilized_ts, before.stabilized_ts);
+		put_delta(&buf, event->released_at, before.released_at);
+		put_varint(&buf, (uint64) event->attempt);
+		before = *event;
+	}
+	SET_VARSIZE(buf.data, buf.len);
+	return (bytea *) buf.data;
+}
+
+/* The events of encode_events(); their keys point into "data". */
+static LeaseEvent *
+decode_events(bytea *data, int32 *n)
+{
+	const char *p = VARDATA_ANY(data);
+	const char *end = p + VARSIZE_ANY_EXHDR(data);
+	LeaseEvent	before = {0};
 	LeaseEvent *events;
+	uint64		count;
 
-	for (int a = 0; a < NARRAYS; a++)
+	if (p >= end || *p++ != EVENTS_FORMAT)
+		elog(ERROR, "the events of a lease row have an unknown format");
+	count = get_varint(&p, end);
+	if (count > LEASE_SLOTS)
+		elog(ERROR, "the events of a lease row are damaged");
+	events = palloc(sizeof(LeaseEvent) * Max(count, 1));
+	for (uint64 e = 0; e < count; e++)
 	{
-		bool		isnull;
-		ArrayType  *array = DatumGetArrayTypePCopy(oe_result(i, first + a, &isnull));
-		int16		typlen;
-		bool		typbyval;
-		char		typalign;
+		LeaseEvent *event = &events[e];
+		uint64		len;
+		text	   *key;
 
-		get_typlenbyvalalign(array_types[a], &typlen, &typbyval, &typalign);
-		deconstruct_array(array, array_types[a], typlen, typbyval, typalign,
-						  &elems[a], NULL, &nelems);
+		event->stream_id = (int32) get_delta(&p, end, before.stream_id);
+		event->seq = get_delta(&p, end, before.seq);
+		len = get_varint(&p, end);
+		if (len > (uint64) (end - p))
+			elog(ERROR, "the events of a lease row are damaged");
+		key = palloc(VARHDRSZ + len);
+		SET_VARSIZE(key, VARHDRSZ + len);
+		memcpy(VARDATA(key), p, len);
+		p += len;
+		event->key = key;
+		event->delivery = get_delta(&p, end, before.delivery);
+		event->stabilized_ts = get_delta(&p, end, before.stabilized_ts);
+		event->released_at = get_delta(&p, end, before.released_at);
+		event->attempt = (int32) get_varint(&p, end);
+		before = *event;
 	}
-	events = palloc(sizeof(LeaseEvent) * Max(nelems, 1));
-	for (int e = 0; e < nelems; e++)
-	{
-		events[e].stream_id = DatumGetInt32(elems[ARR_STREAM][e]);
-		events[e].seq = DatumGetInt64(elems[ARR_SEQ][e]);
-		events[e].key = DatumGetTextPP(elems[ARR_KEY][e]);
-		events[e].delivery = DatumGetInt64(elems[ARR_DELIVERY][e]);
-		events[e].stabilized_ts = DatumGetTimestampTz(elems[ARR_STABILIZED][e]);
-		events[e].released_at = DatumGetTimestampTz(elems[ARR_RELEASED][e]);
-		events[e].attempt = DatumGetInt32(elems[ARR_ATTEMPT][e]);
-	}
-	*n = nelems;
+	*n = (int32) count;
 	return events;
 }
 
-/* The arrays of a lease row, as parameters values[0..6]. */
+/*
+ * The streams of the events, and for each the oldest release log row
+ * among them, as parameters values[0..1]: retention keeps from there.
+ */
 static void
-events_arrays(const LeaseEvent *events, int32 n, Datum *values)
+events_floors(const LeaseEvent *events, int32 n, Datum *values)
 {
-	Datum	   *elems[NARRAYS];
+	Datum	   *streams = palloc(sizeof(Datum) * Max(n, 1));
+	Datum	   *floors = palloc(sizeof(Datum) * Max(n, 1));
+	int			nstreams = 0;
 
-	for (int a = 0; a < NARRAYS; a++)
-		elems[a] = palloc(sizeof(Datum) * Max(n, 1));
-	for (int e = 0; e < n; e++)
+	for (int32 e = 0; e < n; e++)
 	{
-		elems[ARR_STREAM][e] = Int32GetDatum(events[e].stream_id);
-		elems[ARR_SEQ][e] = Int64GetDatum(events[e].seq);
-		elems[ARR_KEY][e] = PointerGetDatum(events[e].key);
-		elems[ARR_DELIVERY][e] = Int64GetDatum(events[e].delivery);
-		elems[ARR_STABILIZED][e] = TimestampTzGetDatum(events[e].stabilized_ts);
-		elems[ARR_RELEASED][e] = TimestampTzGetDatum(events[e].released_at);
-		elems[ARR_ATTEMPT][e] = Int32GetDatum(events[e].attempt);
+		int			i;
+
+		for (i = 0; i < nstreams; i++)
+			if (DatumGetInt32(streams[i]) == events[e].stream_id)
+				break;
+		if (i == nstreams)
+		{
+			streams[nstreams] = Int32GetDatum(events[e].stream_id);
+			floors[nstreams++] = Int64GetDatum(events[e].delivery);
+		}
+		else if (events[e].delivery < DatumGetInt64(floors[i]))
+			floors[i] = Int64GetDatum(events[e].delivery);
 	}
-	for (int a = 0; a < NARRAYS; a++)
-		values[a] = oe_array(elems[a], NULL, n, array_types[a]);
+	values[0] = oe_array(streams, NULL, nstreams, INT4OID);
+	values[1] = oe_array(floors, NULL, nstreams, INT8OID);
 }
 
-/* Write a new lease row. */
+/*
+ * Write a new lease row, straight to the table (table_insert.c): one a
+ * receive(), on its hot path.  Its CHECK constraints hold by construction.
+ */
 static void
 insert_row(int32 consumer_id, int32 partition, int64 batch, const char *state,
 		   TimestampTz visible_until, const LeaseEvent *events, int32 n)
 {
-	Datum		values[13];
-	char		nulls[13];
+	Datum		values[9];
+	bool		isnull[9] = {0};
 
-	memset(nulls, ' ', sizeof(nulls));
 	values[0] = Int64GetDatum(batch);
 	values[1] = Int32GetDatum(consumer_id);
 	values[2] = Int32GetDatum(partition);
 	values[3] = CStringGetTextDatum(state);
 	values[4] = TimestampTzGetDatum(visible_until);
-	if (strcmp(state, "waiting") == 0)
-		nulls[4] = 'n';
+	isnull[4] = strcmp(state, "waiting") == 0;
 	values[5] = PointerGetDatum(new_done(n));
-	events_arrays(events, n, values + 6);
-	oe_run_plan(&plans[PLAN_INSERT], values, nulls, SPI_OK_INSERT);
+	events_floors(events, n, values + 6);
+	values[8] = PointerGetDatum(encode_events(events, n));
+	oe_insert_row(lease_objects()->lease, values, isnull);
 }
 
 /* Write back a row's done bits, or delete it once every bit is set. */
@@ -492,7 +593,7 @@ load_rows(Receive *rc)
 		until = oe_result(i, 3, &isnull);
 		row->visible_until = isnull ? DT_NOEND : DatumGetTimestampTz(until);
 		row->done = DatumGetVarBitPCopy(oe_result(i, 4, &isnull));
-		row->events = row_events(i, 5, &row->n);
+		row->events = decode_events(DatumGetByteaPCopy(oe_result(i, 5, &isnull)), &row->n);
 	}
 }
 
@@ -570,13 +671,13 @@ move_on(LeaseRow *row, int32 slot)
 
 /* Append one of receive()'s rows. */
 static void
-put_row(Receive *rc, const LeaseEvent *event, const Subscription *s, Datum payload,
+put_row(Receive *rc, const LeaseEvent *event, text *stream, Datum payload,
 		bool payload_null, TimestampTz event_ts, TimestampTz alignment_ts)
 {
 	Datum		values[RECEIVE_COLUMNS];
 	bool		nulls[RECEIVE_COLUMNS] = {0};
 
-	values[0] = PointerGetDatum(s->stream);
+	values[0] = PointerGetDatum(stream);
 	values[1] = Int64GetDatum(event->seq);
 	values[2] = PointerGetDatum(event->key);
 	values[3] = payload;
@@ -592,10 +693,10 @@ put_row(Receive *rc, const LeaseEvent *event, const Subscription *s, Datum paylo
 
 /* Deliver an event: a row of the result, a slot of the new batch. */
 static void
-deliver(Receive *rc, const LeaseEvent *event, const Subscription *s, Datum payload,
+deliver(Receive *rc, const LeaseEvent *event, text *stream, Datum payload,
 		bool payload_null, TimestampTz event_ts, TimestampTz alignment_ts)
 {
-	put_row(rc, event, s, payload, payload_null, event_ts, alignment_ts);
+	put_row(rc, event, stream, payload, payload_null, event_ts, alignment_ts);
 	batch_add(&rc->delivered, event);
 }
 
@@ -671,7 +772,7 @@ fetch_and_deliver(Receive *rc, Pending *list, int n, bool *dead)
 			continue;
 		}
 		event.attempt++;
-		deliver(rc, &event, s, payload, payload_null,
+		deliver(rc, &event, s->stream, payload, payload_null,
 				DatumGetTimestampTz(SPI_getbinval(tuple, found->tupdesc, 3, &isnull)),
 				DatumGetTimestampTz(SPI_getbinval(tuple, found->tupdesc, 4, &isnull)));
 	}
@@ -795,17 +896,7 @@ take_event(const OeReadEvent *event, void *arg)
 	Receive    *rc = arg;
 	LeaseEvent	lease;
 	KeyInfo    *key;
-	Subscription *s = subscription_of(rc, event->stream_id);
 
-	if (s == NULL)
-	{
-		/* subscribed since load_subscriptions(): no leased_delivery yet */
-		s = palloc0(sizeof(Subscription));
-		s->stream_id = event->stream_id;
-		s->stream = DatumGetTextPCopy(PointerGetDatum(event->stream));
-		s->floor_null = s->new_floor_null = true;
-		rc->subscriptions = lappend(rc->subscriptions, s);
-	}
 	lease.stream_id = event->stream_id;
 	lease.seq = event->seq;
 	lease.key = DatumGetTextPCopy(PointerGetDatum(event->key));
@@ -823,7 +914,7 @@ take_event(const OeReadEvent *event, void *arg)
 	}
 	lease.attempt = 1;
 	key->out++;
-	deliver(rc, &lease, s, event->payload, event->payload_null, event->event_ts,
+	deliver(rc, &lease, event->stream, event->payload, event->payload_null, event->event_ts,
 			event->alignment_ts);
 }
 
@@ -848,64 +939,6 @@ take_new(Receive *rc)
 	}
 }
 
-/* The new floors of the partition's subscriptions: oldest delivery out. */
-static void
-save_floors(Receive *rc)
-{
-	int			n = list_length(rc->subscriptions);
-	Datum	   *ids = palloc(sizeof(Datum) * Max(n, 1));
-	Datum	   *floors = palloc(sizeof(Datum) * Max(n, 1));
-	bool	   *nulls = palloc(sizeof(bool) * Max(n, 1));
-	Datum		values[4];
-	int			changed = 0;
-	ListCell   *lc;
-
-	for (int i = 0; i < rc->nrows; i++)
-		for (int32 e = 0; e < rc->lease_rows[i].n; e++)
-		{
-			LeaseEvent *event = &rc->lease_rows[i].events[e];
-			Subscription *s;
-
-			if (done_bit(rc->lease_rows[i].done, e) ||
-				(s = subscription_of(rc, event->stream_id)) == NULL)
-				continue;
-			if (s->new_floor_null || event->delivery < s->new_floor)
-				s->new_floor = event->delivery;
-			s->new_floor_null = false;
-		}
-	for (int b = 0; b < 2; b++)
-	{
-		Batch	   *batch = b == 0 ? &rc->delivered : &rc->new_waiting;
-
-		for (int32 e = 0; e < batch->n; e++)
-		{
-			Subscription *s = subscription_of(rc, batch->events[e].stream_id);
-
-			if (s->new_floor_null || batch->events[e].delivery < s->new_floor)
-				s->new_floor = batch->events[e].delivery;
-			s->new_floor_null = false;
-		}
-	}
-	foreach(lc, rc->subscriptions)
-	{
-		Subscription *s = lfirst(lc);
-
-		if (s->new_floor_null == s->floor_null &&
-			(s->floor_null || s->new_floor == s->floor))
-			continue;
-		ids[changed] = Int32GetDatum(s->stream_id);
-		floors[changed] = Int64GetDatum(s->new_floor);
-		nulls[changed++] = s->new_floor_null;
-	}
-	if (changed == 0)
-		return;
-	values[0] = Int32GetDatum(rc->consumer.consumer_id);
-	values[1] = Int32GetDatum(rc->consumer.partition);
-	values[2] = oe_array(ids, NULL, changed, INT4OID);
-	values[3] = oe_array(floors, nulls, changed, INT8OID);
-	oe_run_plan(&plans[PLAN_FLOORS], values, NULL, SPI_OK_UPDATE);
-}
-
 /* Write what the receive() changed. */
 static void
 save_rows(Receive *rc)
@@ -919,19 +952,41 @@ save_rows(Receive *rc)
 	if (rc->new_waiting.n > 0)
 		insert_row(rc->consumer.consumer_id, rc->consumer.partition, next_batch(),
 				   "waiting", 0, rc->new_waiting.events, rc->new_waiting.n);
-	save_floors(rc);
 }
 
 /*
  * The consumer of a receive(), ack() or nack(), if "caller" (the role
- * that called, not the internal scope's) may use it.  Call inside an
- * internal scope.
+ * that called, not the internal scope's) may use it, and "partition" is
+ * one of its.  Call inside an internal scope.  Its own query, not
+ * oe_consumer_lookup()'s, which reads what handlers need, through
+ * consumer_or_error(): a third of an ack() (bench/lease.sh).
  */
 static void
-lease_consumer(Oid caller, Datum name, int32 partition, OeConsumer *consumer,
+lease_consumer(Oid caller, const char *name, int32 partition, OeConsumer *consumer,
 			   const char *function)
 {
-	oe_consumer_lookup(name, partition, consumer);
+	Datum		value = CStringGetTextDatum(name);
+	bool		isnull;
+	bool		handler;
+
+	oe_run_plan(&plans[PLAN_CONSUMER], &value, NULL, SPI_OK_SELECT);
+	if (SPI_processed == 0)		/* as consumer_or_error() */
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("consumer \"%s\" does not exist", name),
+				 errhint("Create it with ordered_events.create_consumer(); the view ordered_events.consumers lists the consumers.")));
+	memset(consumer, 0, sizeof(*consumer));
+	consumer->name = name;
+	consumer->consumer_id = DatumGetInt32(oe_result(0, 1, &isnull));
+	consumer->partitions = DatumGetInt32(oe_result(0, 2, &isnull));
+	value = oe_result(0, 3, &isnull);
+	consumer->owner = isnull ? InvalidOid : DatumGetObjectId(value);
+	consumer->lease = DatumGetBool(oe_result(0, 4, &isnull));
+	handler = DatumGetBool(oe_result(0, 5, &isnull));
+	consumer->max_attempts = DatumGetInt32(oe_result(0, 6, &isnull));
+	consumer->partition = partition;
+	consumer->handler_timeout_ms = -1;
+	oe_check_partition(consumer);
 	oe_check_owner(caller, consumer->owner, "consumer", consumer->name);
 	oe_check_not_in_step(consumer->consumer_id);
 	consumer->reader = OidIsValid(consumer->owner) ? consumer->owner : caller;
@@ -940,7 +995,7 @@ lease_consumer(Oid caller, Datum name, int32 partition, OeConsumer *consumer,
 				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
 				 errmsg("consumer \"%s\" does not have delivery 'lease'", consumer->name),
 				 errdetail("%s is for consumers created with delivery => 'lease'.", function),
-				 consumer->handler != NULL ?
+				 handler ?
 				 errhint("The extension applies its events to its handler; see ordered_events.process().") :
 				 errhint("Use ordered_events.read(): its events are consumed by the reading transaction.")));
 }
@@ -958,30 +1013,25 @@ receive_try(const OeReceiveArgs *args, Tuplestorestate *rows, TupleDesc desc,
 	Oid			caller = GetUserId();
 	OeInternalScope scope;
 	Receive    *rc = palloc0(sizeof(Receive));
-	HASHCTL		ctl = {0};
 	int32		delivered;
 
 	rc->args = args;
 	rc->rows = rows;
 	rc->desc = desc;
 	oe_internal_begin(&scope, oe_relations()->owner);
-	lease_consumer(caller, CStringGetTextDatum(args->consumer), args->partition, &rc->consumer,
-				   "receive()");
+	lease_consumer(caller, args->consumer, args->partition, &rc->consumer, "receive()");
 	oe_consumer_lock(&rc->consumer);
 	rc->now = GetCurrentTimestamp();
 	rc->visible_until = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
 																TimestampTzGetDatum(rc->now),
 																IntervalPGetDatum(&args->visibility)));
-	ctl.keysize = sizeof(uint64);
-	ctl.entrysize = sizeof(KeyBucket);
-	ctl.hcxt = CurrentMemoryContext;
-	rc->keys = hash_create("ordered_events lease keys", 256, &ctl,
-						   HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	rc->keys = keytable_create(CurrentMemoryContext, Max(args->max_events, 64), NULL);
 
 	/* numbered first: its receipts go into the rows as they are made */
 	rc->delivered.batch = next_batch();
-	load_subscriptions(rc);
 	load_rows(rc);
+	if (rc->nrows > 0)
+		load_subscriptions(rc);	/* for the events of the rows */
 	lock_movable_rows(rc);
 	count_keys(rc);
 	deliver_due(rc);
@@ -1167,7 +1217,7 @@ settle_batch(const OeConsumer *consumer, int64 batch, const int64 *receipts, int
 	partition = DatumGetInt32(oe_result(0, 1, &isnull));
 	done = DatumGetVarBitPCopy(oe_result(0, 3, &isnull));
 	if (returned != NULL)
-		events = row_events(0, 4, &nevents);
+		events = decode_events(DatumGetByteaPCopy(oe_result(0, 4, &isnull)), &nevents);
 	for (int i = 0; i < n; i++)
 	{
 		int32		slot = (int32) (receipts[i] & (LEASE_SLOTS - 1));
@@ -1205,7 +1255,7 @@ settle(FunctionCallInfo fcinfo, const char *function, const TimestampTz *returne
 	PreventCommandIfReadOnly(function);
 
 	oe_internal_begin(&scope, oe_relations()->owner);
-	lease_consumer(caller, PG_GETARG_DATUM(0), 0, &consumer, function);
+	lease_consumer(caller, text_to_cstring(PG_GETARG_TEXT_PP(0)), 0, &consumer, function);
 	for (int i = 0; i < n;)
 	{
 		int64		batch = receipts[i] >> LEASE_SLOT_BITS;
@@ -1250,4 +1300,37 @@ oe_nack(PG_FUNCTION_ARGS)
 													   TimestampTzGetDatum(GetCurrentTimestamp()),
 													   PG_GETARG_DATUM(2)));
 	PG_RETURN_INT64(settle(fcinfo, "nack()", &returned));
+}
+
+/*
+ * lease_events(events bytea, done bit varying) returns table (slot
+ * integer, stream_id integer, seq bigint, key text, attempt integer): the
+ * events of a lease row not done yet, for the view leases.
+ */
+PG_FUNCTION_INFO_V1(oe_lease_events);
+Datum
+oe_lease_events(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	VarBit	   *done = PG_GETARG_VARBIT_P(1);
+	LeaseEvent *events;
+	int32		n;
+
+	InitMaterializedSRF(fcinfo, 0);
+	events = decode_events(PG_GETARG_BYTEA_PP(0), &n);
+	for (int32 e = 0; e < n; e++)
+	{
+		Datum		values[5];
+		bool		nulls[5] = {0};
+
+		if (e < VARBITLEN(done) && done_bit(done, e))
+			continue;
+		values[0] = Int32GetDatum(e);
+		values[1] = Int32GetDatum(events[e].stream_id);
+		values[2] = Int64GetDatum(events[e].seq);
+		values[3] = PointerGetDatum(events[e].key);
+		values[4] = Int32GetDatum(events[e].attempt);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
 }

@@ -525,6 +525,7 @@ extern void oe_dead_letter_row(const char *stream, uint64 row, OeOutcome reason,
 /* consumer_read.c */
 extern int32 oe_consumer_args(FunctionCallInfo fcinfo, const char *takes);
 extern void oe_consumer_lookup(Datum name, int32 partition, OeConsumer *consumer);
+extern void oe_check_partition(const OeConsumer *consumer);
 extern bool oe_consumer_lock_nowait(const char *consumer, int32 partition);
 extern void oe_consumer_lock(OeConsumer *consumer);
 extern int32 oe_consumer_take(const OeConsumer *consumer, int32 max_events, bool consume,

@@ -60,10 +60,7 @@ SELECT pg_catalog.pg_extension_config_dump('ordered_events.consumer_def', '');
  * the pool (events taken, and for start 'now' those released before).
  * The pool is what committed reads left, so the transaction that read
  * last (read_xid) keeps in base_* the position and taken_* it started
- * from.  Reading locks the rows of its (consumer, partition).  For a lease
- * consumer, leased_delivery is the release log row of its oldest event of
- * the stream that is leased or waits, as its last receive() left it:
- * retention keeps it (src/lease.c).
+ * from.  Reading locks the rows of its (consumer, partition).
  */
 CREATE TABLE ordered_events.subscription (
     consumer_id integer NOT NULL
@@ -84,8 +81,7 @@ CREATE TABLE ordered_events.subscription (
     base_lag numeric,
     last_read_at timestamptz,
     subscribed_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
-    PRIMARY KEY (consumer_id, partition, stream_id),
-    leased_delivery bigint          -- a lease consumer's oldest event out (src/lease.c)
+    PRIMARY KEY (consumer_id, partition, stream_id)
 );
 CREATE INDEX subscription_stream_idx ON ordered_events.subscription (stream_id);
 COMMENT ON TABLE ordered_events.subscription IS
@@ -474,12 +470,13 @@ BEGIN
     PERFORM ordered_events.lock_streams(streams);
     -- Waits for a read of the consumer in progress (it locks these rows).
     DELETE FROM ordered_events.consumer_def d WHERE d.consumer_id = c.consumer_id;
-    -- its handler's states, results and dead letters go with it, as a
-    -- stream's dead letters go with drop_stream()
+    -- its handler's states, results and dead letters, and its leases go
+    -- with it, as a stream's dead letters go with drop_stream()
     DELETE FROM ordered_events.handler_state k WHERE k.consumer_id = c.consumer_id;
     DELETE FROM ordered_events.handler_parked p WHERE p.consumer_id = c.consumer_id;
     DELETE FROM ordered_events.handler_result r WHERE r.consumer_id = c.consumer_id;
     DELETE FROM ordered_events.unprocessed u WHERE u.consumer = c.consumer;
+    DELETE FROM ordered_events.lease x WHERE x.consumer_id = c.consumer_id;
     PERFORM ordered_events.forget_unused_totals(id) FROM unnest(streams) id;
 END;
 $$;

@@ -12,43 +12,40 @@ CREATE SEQUENCE ordered_events.lease_batch_seq AS bigint MAXVALUE 14073748835532
  * row per batch: 'leased' (what one receive() delivered; due again at
  * visible_until unless acknowledged), 'returned' (given back by nack(), due
  * at visible_until), 'waiting' (taken while an earlier event of their key
- * was out; visible_until NULL).  Slot i is element i + 1 of the arrays,
- * which are written once; bit i of done is set once the event is
- * acknowledged or has moved on (delivered again, returned, a dead letter).
- * The row goes when every bit is set.
+ * was out; visible_until NULL).  events holds them, encoded (src/lease.c),
+ * written once; bit i of done is set once event i is acknowledged or has
+ * moved on (delivered again, returned, a dead letter); the row goes when
+ * every bit is set.  floors[i] is the oldest release log row (delivery)
+ * of its events of streams[i]: retention keeps it and what follows.
+ * drop_consumer() deletes the consumer's rows.
  */
 CREATE TABLE ordered_events.lease (
     batch bigint PRIMARY KEY,
-    consumer_id integer NOT NULL
-        REFERENCES ordered_events.consumer_def ON DELETE CASCADE,
+    consumer_id integer NOT NULL,
     partition integer NOT NULL,
     state text NOT NULL CHECK (state IN ('leased', 'returned', 'waiting')),
     visible_until timestamptz,
     done bit varying NOT NULL,
-    stream_ids integer[] NOT NULL,
-    seqs bigint[] NOT NULL,
-    keys text[] NOT NULL,
-    deliveries bigint[] NOT NULL,   -- of each event's release log row
-    stabilized timestamptz[] NOT NULL,
-    released timestamptz[] NOT NULL,
-    attempts integer[] NOT NULL,    -- deliveries so far; 0 while waiting
+    streams integer[] NOT NULL,
+    floors bigint[] NOT NULL,
+    events bytea NOT NULL,
     CHECK ((state = 'waiting') = (visible_until IS NULL))
 );
 -- Written once, read whole: not worth compressing at every receive().
-ALTER TABLE ordered_events.lease
-    ALTER COLUMN stream_ids SET STORAGE EXTERNAL,
-    ALTER COLUMN seqs SET STORAGE EXTERNAL,
-    ALTER COLUMN keys SET STORAGE EXTERNAL,
-    ALTER COLUMN deliveries SET STORAGE EXTERNAL,
-    ALTER COLUMN stabilized SET STORAGE EXTERNAL,
-    ALTER COLUMN released SET STORAGE EXTERNAL,
-    ALTER COLUMN attempts SET STORAGE EXTERNAL;
+ALTER TABLE ordered_events.lease ALTER COLUMN events SET STORAGE EXTERNAL;
 CREATE INDEX lease_partition_idx ON ordered_events.lease (consumer_id, partition, batch);
 ALTER SEQUENCE ordered_events.lease_batch_seq OWNED BY ordered_events.lease.batch;
 COMMENT ON TABLE ordered_events.lease IS
     'Internal: the events of lease consumers that are out or waiting, by batch';
 SELECT pg_catalog.pg_extension_config_dump('ordered_events.lease_batch_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('ordered_events.lease', '');
+-- The view leases calls it as its reader: it stays executable by PUBLIC.
+CREATE FUNCTION ordered_events.lease_events(events bytea, done bit varying)
+RETURNS TABLE (slot integer, stream_id integer, seq bigint, key text, attempt integer)
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'oe_lease_events';
+COMMENT ON FUNCTION ordered_events.lease_events(bytea, bit varying) IS
+    'Internal: the events of a lease row not acknowledged or moved on yet';
 
 CREATE FUNCTION ordered_events.receive(consumer text, max_events integer DEFAULT 1000,
                                        partition integer DEFAULT 0,
@@ -85,12 +82,9 @@ CREATE VIEW ordered_events.leases WITH (security_barrier) AS
 SELECT c.consumer, l.partition, d.stream, e.seq, e.key, e.attempt, l.visible_until
   FROM ordered_events.lease l
   JOIN ordered_events.consumer_def c ON c.consumer_id = l.consumer_id
- CROSS JOIN LATERAL ROWS FROM (pg_catalog.unnest(l.stream_ids), pg_catalog.unnest(l.seqs),
-                               pg_catalog.unnest(l.keys), pg_catalog.unnest(l.attempts))
-       WITH ORDINALITY AS e(stream_id, seq, key, attempt, slot)
+ CROSS JOIN LATERAL ordered_events.lease_events(l.events, l.done) e
   LEFT JOIN ordered_events.stream_def d ON d.stream_id = e.stream_id
- WHERE pg_catalog.substring(l.done, e.slot::integer, 1) = B'0'
-   AND (pg_catalog.pg_has_role(c.owner, 'USAGE') OR pg_catalog.pg_has_role('pg_monitor', 'USAGE'))
+ WHERE pg_catalog.pg_has_role(c.owner, 'USAGE') OR pg_catalog.pg_has_role('pg_monitor', 'USAGE')
  ORDER BY c.consumer, l.partition, l.batch, e.slot;
 COMMENT ON VIEW ordered_events.leases IS
     'The events of lease consumers that are leased (visible_until: when they come back), returned by nack(), or waiting behind an earlier event of their key (visible_until NULL)';

@@ -87,7 +87,7 @@ SELECT functions_are('ordered_events', ARRAY[
     'check_failure_policy', 'forget_parked', 'handler_consumer_to_change', 'redrive_as',
     'skip_held_as', 'wake_worker',
     'stream_backlog', 'lane_backlog', 'compact_due', 'keyset_support', 'read_stream_id',
-    'lane_range_end'],
+    'lane_range_end', 'lease_events'],
     'schema ordered_events has exactly the functions of 0.3');
 SELECT tables_are('ordered_events', ARRAY[
     'unprocessed',
