@@ -11,7 +11,11 @@
 # over the sum of its statements' times.
 #   21a. one global stream, N released events (quick 200,000, full
 #        1,000,000), keys k0..k999
-#   21b. one per-key stream, N events over 100,000 keys
+#   21b. one per-key stream, N events over 100,000 keys, each key's n-th
+#        event released by the n-th release step, so that a batch holds
+#        one event of a key: a key's second event in a batch waits behind
+#        its first until that is acknowledged (per-key order), and is
+#        delivered by the next receive(), which read() does not do
 # Target: receive + ack at least half of read()'s rate.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
@@ -39,11 +43,17 @@ SELECT ordered_events.create_stream('lease_global');
 INSERT INTO ordered_events.inbox (stream, seq, key, payload, event_ts, alignment_ts)
 SELECT 'lease_global', g, e.* FROM generate_series(1, $N) g, LATERAL (SELECT $(events_of)) e;
 SELECT ordered_events.create_stream('lease_per_key', sequencing => 'per_key', max_release_batch => 100000);
-INSERT INTO ordered_events.inbox (stream, seq, key, payload, event_ts, alignment_ts)
-SELECT 'lease_per_key', (g - 1) / $KEYS + 1, 'k' || (g % $KEYS), e.payload, e.event_ts, e.alignment_ts
-  FROM generate_series(1, $N) g, LATERAL (SELECT $(events_of)) e;
 SQL
-for s in lease_global lease_per_key; do release_all "$s" >/dev/null; done
+release_all lease_global >/dev/null
+# Each key's seq s in release step s: a batch has no two events of a key
+# (the second would wait behind the first, see the banner).
+for s in $(seq 1 $((N / KEYS))); do
+    psql_bench -c "INSERT INTO ordered_events.inbox (stream, seq, key, payload, event_ts, alignment_ts)
+                   SELECT 'lease_per_key', $s, 'k' || (g % $KEYS), e.payload, e.event_ts, e.alignment_ts
+                     FROM generate_series(($s - 1) * $KEYS + 1, $s * $KEYS) g,
+                          LATERAL (SELECT $(events_of)) e" >/dev/null
+    release_all lease_per_key >/dev/null
+done
 psql_bench -c "VACUUM ANALYZE ordered_events.event_store, ordered_events.lane_release_log" -c "CHECKPOINT" >/dev/null
 
 # Fresh consumers lease_r (read) and lease_l (lease) at the beginning of STREAM.
