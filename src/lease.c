@@ -9,8 +9,8 @@
  * does (oe_consumer_take(), which moves the position past them) and leases
  * them: they are delivered again, with attempt + 1, unless ack() consumes
  * them before their visibility runs out.  What is out is kept in
- * ordered_events.lease, one row per batch, its events in arrays written
- * once (encoded in one bytea, see encode_events()) and a bit string "done"
+ * ordered_events.lease, one row per batch: its events, written once
+ * (encoded in one bytea, see encode_events()), and a bit string "done"
  * whose bit i is set once event i is acknowledged or has moved on:
  *  - 'leased': what one receive() delivered; receipt = batch * 65536 + slot;
  *  - 'returned': what nack() gave back, due again at visible_until;
@@ -37,9 +37,10 @@
  * subscription rows), so two receive()s of a partition run one after the
  * other and the second sees what the first leased.  The rows it changes it
  * locks (FOR UPDATE) and reads again, so that an ack() committed meanwhile
- * stays: an acknowledged event is never delivered again.  ack() and nack()
- * lock the rows of their receipts' batches only; an ack() that commits
- * while a receive() runs may leave its key blocked until the next one.
+ * stays: an acknowledged event is never delivered again.  ack() locks the
+ * rows of its receipts' batches only (an ack() that commits while a
+ * receive() runs may leave its key blocked until the next one); nack(),
+ * which adds rows, first locks their partitions as receive() does.
  * A receive() commits its leases at once: in autocommit with its
  * statement; inside a transaction block in a background worker of its own
  * (lease_worker.c), so that a rollback of the caller cannot take back what
@@ -86,6 +87,7 @@ enum
 	PLAN_EVENTS,
 	PLAN_SET_DONE,
 	PLAN_DELETE,
+	PLAN_PARTITIONS,
 	PLAN_RECEIPT_ROW
 };
 
@@ -129,6 +131,12 @@ static OePlan plans[] = {
 	[PLAN_DELETE] = {
 		"DELETE FROM ordered_events.lease WHERE batch = $1",
 		1, {INT8OID}, CURSOR_OPT_GENERIC_PLAN
+	},
+	/* the partitions of batches, in order */
+	[PLAN_PARTITIONS] = {
+		"SELECT DISTINCT partition FROM ordered_events.lease "
+		"WHERE batch = ANY ($1) AND consumer_id = $2 ORDER BY partition",
+		2, {INT8ARRAYOID, INT4OID}, CURSOR_OPT_GENERIC_PLAN
 	},
 	/* the batch of a receipt, for ack() and nack() */
 	[PLAN_RECEIPT_ROW] = {
@@ -1239,6 +1247,46 @@ settle_batch(const OeConsumer *consumer, int64 batch, const int64 *receipts, int
 	return back.n;
 }
 
+/*
+ * nack() first locks the partitions of its receipts' batches, as receive()
+ * does, in their order: the rows it adds are new, and a receive() in
+ * progress, which read the partition's rows before, would not see them
+ * (it could deliver a later event of their keys).  ack() only sets bits,
+ * which a receive() reads again under the lock of the rows it changes.
+ */
+static void
+lock_partitions(OeConsumer *consumer, const int64 *receipts, int n)
+{
+	Datum	   *batches = palloc(sizeof(Datum) * Max(n, 1));
+	Datum		values[2];
+	int			nbatches = 0;
+	int32	   *partitions;
+	uint64		npartitions;
+
+	for (int i = 0; i < n; i++)
+		if (receipts[i] >= 0 &&
+			(nbatches == 0 ||
+			 DatumGetInt64(batches[nbatches - 1]) != receipts[i] >> LEASE_SLOT_BITS))
+			batches[nbatches++] = Int64GetDatum(receipts[i] >> LEASE_SLOT_BITS);
+	values[0] = oe_array(batches, NULL, nbatches, INT8OID);
+	values[1] = Int32GetDatum(consumer->consumer_id);
+	oe_run_plan(&plans[PLAN_PARTITIONS], values, NULL, SPI_OK_SELECT);
+	npartitions = SPI_processed;
+	partitions = palloc(sizeof(int32) * Max(npartitions, 1));
+	for (uint64 i = 0; i < npartitions; i++)
+	{
+		bool		isnull;
+
+		partitions[i] = DatumGetInt32(oe_result(i, 1, &isnull));
+	}
+	for (uint64 i = 0; i < npartitions; i++)
+	{
+		consumer->partition = partitions[i];
+		consumer->locked = false;
+		oe_consumer_lock(consumer);
+	}
+}
+
 /* ack() and nack(): "returned" is NULL for ack(). */
 static int64
 settle(FunctionCallInfo fcinfo, const char *function, const TimestampTz *returned)
@@ -1256,6 +1304,8 @@ settle(FunctionCallInfo fcinfo, const char *function, const TimestampTz *returne
 
 	oe_internal_begin(&scope, oe_relations()->owner);
 	lease_consumer(caller, text_to_cstring(PG_GETARG_TEXT_PP(0)), 0, &consumer, function);
+	if (returned != NULL)
+		lock_partitions(&consumer, receipts, n);
 	for (int i = 0; i < n;)
 	{
 		int64		batch = receipts[i] >> LEASE_SLOT_BITS;
