@@ -87,6 +87,7 @@ enum
 	PLAN_EVENTS,
 	PLAN_SET_DONE,
 	PLAN_DELETE,
+	PLAN_ACK_WHOLE,
 	PLAN_PARTITIONS,
 	PLAN_RECEIPT_ROW
 };
@@ -131,6 +132,15 @@ static OePlan plans[] = {
 	[PLAN_DELETE] = {
 		"DELETE FROM ordered_events.lease WHERE batch = $1",
 		1, {INT8OID}, CURSOR_OPT_GENERIC_PLAN
+	},
+	/*
+	 * ack() of every receipt of a batch none of whose events is settled
+	 * yet (done all zeros, $3): the common case, in one statement
+	 */
+	[PLAN_ACK_WHOLE] = {
+		"DELETE FROM ordered_events.lease "
+		"WHERE batch = $1 AND consumer_id = $2 AND state = 'leased' AND done = $3",
+		3, {INT8OID, INT4OID, VARBITOID}, CURSOR_OPT_GENERIC_PLAN
 	},
 	/* the partitions of batches, in order */
 	[PLAN_PARTITIONS] = {
@@ -1219,6 +1229,16 @@ settle_batch(const OeConsumer *consumer, int64 batch, const int64 *receipts, int
 	int32		partition;
 	int32		nevents;
 
+	/* receipts sorted without duplicates: slots 0 .. n - 1 are n of them */
+	if (returned == NULL && (receipts[0] & (LEASE_SLOTS - 1)) == 0 &&
+		(receipts[n - 1] & (LEASE_SLOTS - 1)) == n - 1)
+	{
+		Datum		whole[3] = {values[0], values[1], PointerGetDatum(new_done(n))};
+
+		oe_run_plan(&plans[PLAN_ACK_WHOLE], whole, NULL, SPI_OK_DELETE);
+		if (SPI_processed == 1)
+			return n;
+	}
 	oe_run_plan(&plans[PLAN_RECEIPT_ROW], values, NULL, SPI_OK_SELECT);
 	if (SPI_processed == 0 || !DatumGetBool(oe_result(0, 2, &isnull)))
 		return 0;				/* gone, or not leased: a stale receipt */
