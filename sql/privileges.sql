@@ -746,7 +746,7 @@ SELECT p.oid::regprocedure AS public_may_execute
                      'compact_stream', 'compact_due', 'streams_to_compact', 'retention_cutoff',
                      'released_end', 'gap_expired', 'lock_subscriptions', 'register_cycle_hook',
                      'cycle_hooks', 'extension_of', 'redrive', 'skip_held', 'forget_parked',
-                     'handler_consumer_to_change', 'wake_worker')
+                     'handler_consumer_to_change', 'wake_worker', 'receive', 'ack', 'nack')
         OR p.proname LIKE '%\_as')
  ORDER BY 1::text;
 SELECT c.relname AS public_may_select
