@@ -196,6 +196,7 @@ typedef struct Reader
 	bool		in_run;			/* a log row's events are being scanned */
 	int64		run_delivery;
 	int64		run_end;
+	TimestampTz run_released_at;
 	text	   *run_lane;		/* in log_slot, which keeps its row meanwhile */
 	ScanKeyData event_keys[3];
 
@@ -351,6 +352,8 @@ next_run(Reader *r, ReadContext *cx)
 		r->run_lane = lane;
 		r->run_delivery = delivery;
 		r->run_end = DatumGetInt64(slot_getattr(r->log_slot, Anum_oe_log_seq_end, &isnull));
+		r->run_released_at = DatumGetTimestampTz(slot_getattr(r->log_slot,
+															  Anum_oe_log_released_at, &isnull));
 		ScanKeyInit(&r->event_keys[0], 1, BTEqualStrategyNumber, F_INT4EQ,
 					Int32GetDatum(r->stream_id));
 		ScanKeyInit(&r->event_keys[1], 2, BTEqualStrategyNumber, F_TEXTEQ,
@@ -418,9 +421,7 @@ next_event(Reader *r, ReadContext *cx)
 			r->head.received_at = DatumGetTimestampTz(slot_getattr(slot,
 																   Anum_oe_event_received_at,
 																   &isnull));
-			r->head.released_at = DatumGetTimestampTz(slot_getattr(r->log_slot,
-																   Anum_oe_log_released_at,
-																   &isnull));
+			r->head.released_at = r->run_released_at;
 			r->head.last_event = DatumGetBool(slot_getattr(slot, Anum_oe_event_last_event,
 														   &isnull));
 			r->head.arrival = DatumGetInt64(slot_getattr(slot, Anum_oe_event_arrival, &isnull));
@@ -798,6 +799,12 @@ read_consumer(FunctionCallInfo fcinfo, bool consume)
 	oe_check_owner(caller, consumer.owner, "consumer", consumer.name);
 	oe_check_not_in_step(consumer.consumer_id);
 	consumer.reader = OidIsValid(consumer.owner) ? consumer.owner : caller;
+	if (consumer.lease && consume)
+		ereport(ERROR,
+				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+				 errmsg("consumer \"%s\" has delivery 'lease'", consumer.name),
+				 errdetail("Its events are leased, not consumed by a transaction."),
+				 errhint("Use ordered_events.receive() and ordered_events.ack().")));
 	if (consumer.handler != NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
@@ -806,12 +813,6 @@ read_consumer(FunctionCallInfo fcinfo, bool consume)
 						   consumer.handler),
 				 errhint("See the views ordered_events.key_state and ordered_events.results; "
 						 "ordered_events.process() applies events by hand.")));
-	if (consumer.lease && consume)
-		ereport(ERROR,
-				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
-				 errmsg("consumer \"%s\" has delivery 'lease'", consumer.name),
-				 errdetail("Its events are leased, not consumed by a transaction."),
-				 errhint("Use ordered_events.receive() and ordered_events.ack().")));
 	(void) oe_consumer_take(&consumer, max_events, consume, put_row, fcinfo->resultinfo);
 	oe_internal_end(&scope);
 	return (Datum) 0;
