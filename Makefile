@@ -23,6 +23,8 @@ OBJS = \
 	src/keyset.o \
 	src/keys.o \
 	src/lane.o \
+	src/lease.o \
+	src/lease_worker.o \
 	src/ordered_events.o \
 	src/privileges.o \
 	src/release.o \
@@ -38,7 +40,7 @@ PG_CPPFLAGS = -DOE_LIBRARY_VERSION='"$(EXTVERSION)"'
 # The install script of the current version is built from the schema's
 # source files, by concern, in this order; the update scripts are frozen
 # once released (docs/contributing.md, "Changing the schema").
-SCHEMA = streams privileges ingest release consumers groups handlers retention worker monitoring shard
+SCHEMA = streams privileges ingest release consumers groups leases handlers retention worker monitoring shard
 CURRENT_SCRIPT = ordered_events--$(EXTVERSION).sql
 DATA_built = $(CURRENT_SCRIPT)
 DATA = $(filter-out $(CURRENT_SCRIPT),$(sort $(wildcard ordered_events--*.sql)))

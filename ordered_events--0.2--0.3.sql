@@ -2959,6 +2959,342 @@ BEGIN
 END;
 $$;
 
+/* ------------------------------------------------------------------------
+ * 13. Lease mode (issue 24; docs/consuming.md, "Work outside the database:
+ *     the lease mode"): create_consumer(..., delivery), receive(), ack(),
+ *     nack(), the view leases
+ * ------------------------------------------------------------------------
+ */
+
+ALTER TABLE ordered_events.consumer_def
+    ADD COLUMN delivery text NOT NULL DEFAULT 'transaction' CHECK (delivery IN ('transaction', 'lease')),
+    ADD CONSTRAINT consumer_def_lease_check CHECK (delivery = 'transaction' OR handler IS NULL);
+COMMENT ON COLUMN ordered_events.consumer_def.delivery IS
+    '''transaction'': read() consumes events in the reading transaction; ''lease'': receive() leases them until ack() (src/lease.c)';
+
+-- A receipt is batch * 65536 + the event's slot in its batch.
+CREATE SEQUENCE ordered_events.lease_batch_seq AS bigint MAXVALUE 140737488355327;
+/*
+ * The events of a lease consumer partition that are out or waiting, one
+ * row per batch: 'leased' (what one receive() delivered; due again at
+ * visible_until unless acknowledged), 'returned' (given back by nack(), due
+ * at visible_until), 'waiting' (taken while an earlier event of their key
+ * was out; visible_until NULL).  events holds them, encoded (src/lease.c),
+ * written once; bit i of done is set once event i is acknowledged or has
+ * moved on (delivered again, returned, a dead letter); the row goes when
+ * every bit is set.  floors[i] is the oldest release log row (delivery)
+ * of its events of streams[i]: retention keeps it and what follows.
+ * drop_consumer() deletes the consumer's rows.
+ */
+CREATE TABLE ordered_events.lease (
+    batch bigint PRIMARY KEY,
+    consumer_id integer NOT NULL,
+    partition integer NOT NULL,
+    state text NOT NULL CHECK (state IN ('leased', 'returned', 'waiting')),
+    visible_until timestamptz,
+    done bit varying NOT NULL,
+    streams integer[] NOT NULL,
+    floors bigint[] NOT NULL,
+    events bytea NOT NULL,
+    CHECK ((state = 'waiting') = (visible_until IS NULL))
+);
+-- Written once, read whole: not worth compressing at every receive().
+ALTER TABLE ordered_events.lease ALTER COLUMN events SET STORAGE EXTERNAL;
+CREATE INDEX lease_partition_idx ON ordered_events.lease (consumer_id, partition, batch);
+ALTER SEQUENCE ordered_events.lease_batch_seq OWNED BY ordered_events.lease.batch;
+COMMENT ON TABLE ordered_events.lease IS
+    'Internal: the events of lease consumers that are out or waiting, by batch';
+SELECT pg_catalog.pg_extension_config_dump('ordered_events.lease_batch_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('ordered_events.lease', '');
+-- The view leases calls it as its reader: it stays executable by PUBLIC.
+CREATE FUNCTION ordered_events.lease_events(events bytea, done bit varying)
+RETURNS TABLE (slot integer, stream_id integer, seq bigint, key text, attempt integer)
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'oe_lease_events';
+COMMENT ON FUNCTION ordered_events.lease_events(bytea, bit varying) IS
+    'Internal: the events of a lease row not acknowledged or moved on yet';
+
+CREATE FUNCTION ordered_events.receive(consumer text, max_events integer DEFAULT 1000,
+                                       partition integer DEFAULT 0,
+                                       visibility interval DEFAULT '30 s',
+                                       wait interval DEFAULT '0 s')
+RETURNS TABLE (stream text, seq bigint, key text, payload jsonb, event_ts timestamptz,
+               alignment_ts timestamptz, stabilized_ts timestamptz, released_at timestamptz,
+               receipt bigint, attempt integer)
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'oe_receive';
+COMMENT ON FUNCTION ordered_events.receive(text, integer, integer, interval, interval) IS
+    'The next events of a lease consumer (partition), leased for visibility: delivered again, attempt + 1, unless acknowledged; the leases commit at once';
+REVOKE EXECUTE ON FUNCTION ordered_events.receive(text,integer,integer,interval,interval) FROM PUBLIC;
+CREATE FUNCTION ordered_events.ack(consumer text, receipts bigint[])
+RETURNS bigint
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'oe_ack';
+COMMENT ON FUNCTION ordered_events.ack(text, bigint[]) IS
+    'Consume the leased events of the receipts, in the caller''s transaction; returns how many';
+REVOKE EXECUTE ON FUNCTION ordered_events.ack(text,bigint[]) FROM PUBLIC;
+CREATE FUNCTION ordered_events.nack(consumer text, receipts bigint[],
+                                    delay interval DEFAULT '0 s')
+RETURNS bigint
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'oe_nack';
+COMMENT ON FUNCTION ordered_events.nack(text, bigint[], interval) IS
+    'Give the leased events of the receipts back, delivered again once delay has passed; returns how many';
+REVOKE EXECUTE ON FUNCTION ordered_events.nack(text,bigint[],interval) FROM PUBLIC;
+/*
+ * The events out or waiting, for the consumers' owners and pg_monitor: a
+ * role granted SELECT sees the consumers it may act as the owner of.
+ */
+CREATE VIEW ordered_events.leases WITH (security_barrier) AS
+SELECT c.consumer, l.partition, d.stream, e.seq, e.key, e.attempt, l.visible_until
+  FROM ordered_events.lease l
+  JOIN ordered_events.consumer_def c ON c.consumer_id = l.consumer_id
+ CROSS JOIN LATERAL ordered_events.lease_events(l.events, l.done) e
+  LEFT JOIN ordered_events.stream_def d ON d.stream_id = e.stream_id
+ WHERE pg_catalog.pg_has_role(c.owner, 'USAGE') OR pg_catalog.pg_has_role('pg_monitor', 'USAGE')
+ ORDER BY c.consumer, l.partition, l.batch, e.slot;
+COMMENT ON VIEW ordered_events.leases IS
+    'The events of lease consumers that are leased (visible_until: when they come back), returned by nack(), or waiting behind an earlier event of their key (visible_until NULL)';
+GRANT SELECT ON ordered_events.leases TO pg_monitor;
+
+/*
+ * create_consumer() takes the consumer's delivery, and max_attempts NULL
+ * (the default of its delivery: 1, or 10 for 'lease').
+ */
+DROP FUNCTION ordered_events.define_consumer(text, integer, regprocedure, text, text, interval, text, integer, interval, regrole);
+CREATE FUNCTION ordered_events.define_consumer(
+    consumer text, partitions integer, handler regprocedure, output_stream text,
+    alignment text, handler_timeout interval, on_error text, max_attempts integer,
+    retry_delay interval, delivery text, owner regrole)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    output_id integer;
+BEGIN
+    IF consumer !~ '^[a-z_][a-z0-9_]{0,62}$' THEN
+        RAISE EXCEPTION 'invalid consumer name: %', quote_literal(consumer)
+            USING ERRCODE = 'invalid_name',
+                  HINT = 'A consumer name has 1 to 63 characters: lower-case letters, digits and underscores, not starting with a digit.';
+    END IF;
+    IF partitions NOT BETWEEN 1 AND 1024 THEN
+        PERFORM ordered_events.invalid_option('partitions', partitions::text,
+            'Use 1 to 1024: the number of sessions that may read the consumer in parallel.');
+    END IF;
+    IF alignment NOT IN ('inherit', 'processing') THEN
+        PERFORM ordered_events.invalid_option('alignment', alignment,
+            'Use ''inherit'' (a derived event has its parent''s alignment_ts) or ''processing'' (the time it is derived).');
+    END IF;
+    IF delivery NOT IN ('transaction', 'lease') THEN
+        PERFORM ordered_events.invalid_option('delivery', delivery,
+            'Use ''transaction'' (read() consumes events in the reading transaction: exactly once) or ''lease'' (receive() leases them until ack(): at least once, for work outside the database).');
+    END IF;
+    IF delivery = 'lease' AND max_attempts NOT BETWEEN 1 AND 100 THEN
+        PERFORM ordered_events.invalid_option('max_attempts', max_attempts::text,
+            'Use 1 to 100: how many times an event is delivered before it becomes a dead letter.');
+    END IF;
+    PERFORM ordered_events.check_handler_timeout(handler_timeout);
+    PERFORM ordered_events.check_failure_policy(on_error, max_attempts, retry_delay);
+    IF delivery = 'lease' THEN
+        IF handler IS NOT NULL THEN
+            RAISE EXCEPTION 'a consumer with a handler cannot have delivery ''lease'''
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'The extension applies a handler''s events itself, exactly once: leave out delivery, or leave out the handler for a consumer whose events receive() leases to an application.';
+        END IF;
+        IF output_stream IS NOT NULL OR alignment <> 'inherit' OR handler_timeout IS NOT NULL
+           OR on_error <> 'dead_letter' OR retry_delay <> interval '1 s' THEN
+            RAISE EXCEPTION 'output_stream, alignment, handler_timeout, on_error and retry_delay need a handler'
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'A lease consumer takes max_attempts: how many times an event is delivered before it becomes a dead letter.';
+        END IF;
+    ELSIF handler IS NULL THEN
+        IF output_stream IS NOT NULL OR alignment <> 'inherit' OR handler_timeout IS NOT NULL
+           OR on_error <> 'dead_letter' OR max_attempts <> 1 OR retry_delay <> interval '1 s' THEN
+            RAISE EXCEPTION 'output_stream, alignment, handler_timeout, on_error, max_attempts and retry_delay need a handler'
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'Pass handler => ''fn(jsonb, ordered_events.event)''::regprocedure, or leave these out.';
+        END IF;
+    ELSE
+        PERFORM ordered_events.check_handler(handler, owner);
+        IF output_stream IS NOT NULL THEN
+            output_id := (ordered_events.output_stream_or_error(output_stream, owner)).stream_id;
+        END IF;
+    END IF;
+    INSERT INTO ordered_events.consumer_def
+        (consumer, partitions, handler, owner, handler_owner, output_stream_id, alignment,
+         handler_timeout, on_error, max_attempts, retry_delay, delivery)
+    VALUES (define_consumer.consumer, define_consumer.partitions, handler::text, owner,
+            (SELECT p.proowner FROM pg_catalog.pg_proc p WHERE p.oid = handler),
+            output_id, define_consumer.alignment, define_consumer.handler_timeout,
+            define_consumer.on_error,
+            -- NULL: 1 (no retry of a handler), 10 deliveries of a leased event
+            coalesce(define_consumer.max_attempts,
+                     CASE WHEN define_consumer.delivery = 'lease' THEN 10 ELSE 1 END),
+            define_consumer.retry_delay, define_consumer.delivery);
+EXCEPTION WHEN unique_violation THEN
+    RAISE EXCEPTION 'consumer "%" already exists', consumer
+        USING ERRCODE = 'duplicate_object',
+              HINT = 'Drop it first with ordered_events.drop_consumer(), or choose another name.';
+END;
+$$;
+COMMENT ON FUNCTION ordered_events.define_consumer(text, integer, regprocedure, text, text, interval, text, integer, interval, text, regrole) IS
+    'Internal: create_consumer() once it knows the calling role';
+REVOKE EXECUTE ON FUNCTION ordered_events.define_consumer(text,integer,regprocedure,text,text,interval,text,integer,interval,text,regrole) FROM PUBLIC;
+ALTER FUNCTION ordered_events.create_consumer(text, integer, regprocedure, text, text, interval, text, integer, interval)
+    RENAME TO create_consumer_before_lease;
+CREATE FUNCTION ordered_events.create_consumer(
+    consumer text,
+    partitions integer DEFAULT 1,
+    handler regprocedure DEFAULT NULL,
+    output_stream text DEFAULT NULL,
+    alignment text DEFAULT 'inherit',
+    handler_timeout interval DEFAULT NULL,
+    on_error text DEFAULT 'dead_letter',
+    max_attempts integer DEFAULT NULL,
+    retry_delay interval DEFAULT '1 s',
+    delivery text DEFAULT 'transaction')
+RETURNS void
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'oe_create_consumer';
+COMMENT ON FUNCTION ordered_events.create_consumer(text, integer, regprocedure, text, text, interval, text, integer, interval, text) IS
+    'Create a consumer owned by the calling role: a named reader of the released events of the streams it subscribes to, read by the extension through a handler if one is given, leased by receive() with delivery ''lease''';
+SELECT ordered_events.carry_grants(
+    'ordered_events.create_consumer_before_lease(text, integer, regprocedure, text, text, interval, text, integer, interval)',
+    'ordered_events.create_consumer(text, integer, regprocedure, text, text, interval, text, integer, interval, text)');
+DROP FUNCTION ordered_events.create_consumer_before_lease(text, integer, regprocedure, text, text, interval, text, integer, interval);
+
+-- alter_consumer() changes a lease consumer's max_attempts.
+CREATE OR REPLACE FUNCTION ordered_events.alter_consumer_as(consumer text, on_error text,
+                                                 max_attempts integer, retry_delay interval,
+                                                 handler_timeout interval,
+                                                 owner regrole, caller regrole)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    c ordered_events.consumer_def;
+    s record;
+BEGIN
+    c := ordered_events.consumer_to_change(consumer, caller, for_update => true);
+    IF c.delivery = 'lease' AND max_attempts NOT BETWEEN 1 AND 100 THEN
+        PERFORM ordered_events.invalid_option('max_attempts', max_attempts::text,
+            'Use 1 to 100: how many times an event is delivered before it becomes a dead letter.');
+    END IF;
+    PERFORM ordered_events.check_handler_timeout(handler_timeout);
+    PERFORM ordered_events.check_failure_policy(on_error, max_attempts, retry_delay);
+    IF c.handler IS NULL AND (handler_timeout IS NOT NULL OR on_error IS NOT NULL
+                              OR (max_attempts IS NOT NULL AND c.delivery <> 'lease')
+                              OR retry_delay IS NOT NULL) THEN
+        RAISE EXCEPTION 'consumer "%" has no handler', consumer
+            USING ERRCODE = 'wrong_object_type',
+                  HINT = CASE WHEN c.delivery = 'lease'
+                              THEN 'handler_timeout, on_error and retry_delay rule the calls of a handler; a lease consumer takes max_attempts.'
+                              ELSE 'handler_timeout, on_error, max_attempts and retry_delay rule the calls of a handler; a consumer without one is read by read().' END;
+    END IF;
+    IF alter_consumer_as.owner IS NOT NULL THEN
+        -- the new owner must be allowed what the consumer does
+        PERFORM ordered_events.check_new_owner('consumer', consumer, alter_consumer_as.owner, caller);
+        IF c.handler IS NOT NULL THEN
+            PERFORM ordered_events.check_handler(c.handler::regprocedure, alter_consumer_as.owner);
+        END IF;
+        FOR s IN SELECT d.stream, 'write' AS privilege FROM ordered_events.stream_def d
+                  WHERE d.stream_id = c.output_stream_id
+                 UNION
+                 SELECT d.stream, 'read' FROM ordered_events.subscription x
+                   JOIN ordered_events.stream_def d ON d.stream_id = x.stream_id
+                  WHERE x.consumer_id = c.consumer_id
+        LOOP
+            PERFORM ordered_events.check_stream_privilege(s.stream, s.privilege,
+                                                          alter_consumer_as.owner);
+        END LOOP;
+    END IF;
+    UPDATE ordered_events.consumer_def d
+       SET handler_timeout = coalesce(alter_consumer_as.handler_timeout, d.handler_timeout),
+           on_error = coalesce(alter_consumer_as.on_error, d.on_error),
+           max_attempts = coalesce(alter_consumer_as.max_attempts, d.max_attempts),
+           retry_delay = coalesce(alter_consumer_as.retry_delay, d.retry_delay),
+           owner = coalesce(alter_consumer_as.owner, d.owner)
+     WHERE d.consumer_id = c.consumer_id;
+END;
+$$;
+
+-- drop_consumer() drops the consumer's leases.
+CREATE OR REPLACE FUNCTION ordered_events.drop_consumer_as(consumer text, caller regrole)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    c ordered_events.consumer_def;
+    streams integer[];
+BEGIN
+    c := ordered_events.consumer_to_change(consumer, caller);
+    -- First wait for its reads, as read() locks: never a deadlock with one.
+    PERFORM ordered_events.lock_subscriptions(c.consumer_id, NULL);
+    SELECT array_agg(DISTINCT s.stream_id) INTO streams
+      FROM ordered_events.subscription s WHERE s.consumer_id = c.consumer_id;
+    PERFORM ordered_events.lock_streams(streams);
+    -- Waits for a read of the consumer in progress (it locks these rows).
+    DELETE FROM ordered_events.consumer_def d WHERE d.consumer_id = c.consumer_id;
+    -- its handler's states, results and dead letters, and its leases go
+    -- with it, as a stream's dead letters go with drop_stream()
+    DELETE FROM ordered_events.handler_state k WHERE k.consumer_id = c.consumer_id;
+    DELETE FROM ordered_events.handler_parked p WHERE p.consumer_id = c.consumer_id;
+    DELETE FROM ordered_events.handler_result r WHERE r.consumer_id = c.consumer_id;
+    DELETE FROM ordered_events.unprocessed u WHERE u.consumer = c.consumer;
+    DELETE FROM ordered_events.lease x WHERE x.consumer_id = c.consumer_id;
+    PERFORM ordered_events.forget_unused_totals(id) FROM unnest(streams) id;
+END;
+$$;
+
+-- Retention keeps what lease consumers have out.
+CREATE OR REPLACE FUNCTION ordered_events.streams_to_compact()
+RETURNS TABLE (stream text)
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT d.stream
+  FROM ordered_events.stream_def d
+ WHERE EXISTS (SELECT FROM ordered_events.progress p
+                WHERE d.sequencing = 'global' AND p.stream_id = d.stream_id AND p.lane = ''
+                  AND coalesce(p.counted_end, d.initial_sequence)
+                      < ordered_events.released_end(p.stream_id, p.lane, p.range_end))
+    OR EXISTS (SELECT FROM (SELECT l.delivery, l.released_at, l.seq_start, l.seq_end
+                              FROM ordered_events.lane_release_log l
+                             WHERE d.retention IS NOT NULL AND l.stream_id = d.stream_id
+                             ORDER BY l.delivery LIMIT 1) l
+                WHERE l.released_at < ordered_events.retention_cutoff(pg_catalog.clock_timestamp(),
+                                                                        d.retention)
+                  -- not the newest run, kept once emptied
+                  AND (l.seq_start < l.seq_end
+                       OR EXISTS (SELECT FROM ordered_events.lane_release_log n
+                                   WHERE n.stream_id = d.stream_id AND n.delivery > l.delivery))
+                  AND NOT EXISTS (SELECT FROM ordered_events.subscription s
+                                    JOIN ordered_events.consumer_def c
+                                      ON c.consumer_id = s.consumer_id
+                                    JOIN ordered_events.release_totals t
+                                      ON t.stream_id = s.stream_id
+                                     AND t.partitions = c.partitions
+                                     AND t.partition = s.partition
+                                   WHERE s.stream_id = d.stream_id
+                                     AND s.taken_count < t.released_count
+                                     AND s.read_delivery <= l.delivery)
+                  -- nor what lease consumers have out (src/lease.c)
+                  AND NOT EXISTS (SELECT FROM ordered_events.lease x
+                                   CROSS JOIN LATERAL ROWS FROM (pg_catalog.unnest(x.streams),
+                                                                 pg_catalog.unnest(x.floors))
+                                         AS f(stream_id, floor)
+                                   WHERE f.stream_id = d.stream_id AND f.floor <= l.delivery))
+    OR EXISTS (SELECT FROM ordered_events.unprocessed u
+                WHERE d.dead_letter_retention IS NOT NULL
+                  AND u.stream = d.stream AND u.consumer IS NULL
+                  AND u.received_at < ordered_events.retention_cutoff(pg_catalog.clock_timestamp(),
+                                                                      d.dead_letter_retention))
+ ORDER BY d.stream
+$$;
+
 -- Sections that change a function's signature carry its grants (above).
 DROP FUNCTION ordered_events.carry_grants(regprocedure, regprocedure);
 

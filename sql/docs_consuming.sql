@@ -82,6 +82,28 @@ SELECT stream, seq, key, payload FROM ordered_events.read('billing', 100);
 COMMIT;
 
 SELECT count(*) FROM billing_log;
+-- "Work outside the database: the lease mode" (receipts from the first batch on)
+SELECT setval('ordered_events.lease_batch_seq', 1, false);
+SELECT ordered_events.create_consumer('mailer', delivery => 'lease', max_attempts => 5);
+SELECT ordered_events.subscribe('mailer', 'payments');
+
+-- a worker leases up to 10 events for a minute
+SELECT seq, key, receipt, attempt
+  FROM ordered_events.receive('mailer', 10, visibility => '1 min');
+--  seq |   key   | receipt | attempt
+--    1 | order_1 |   65536 |       1
+--    2 | order_2 |   65537 |       1
+--    3 | order_3 |   65538 |       1
+
+-- orders 1 and 3 mailed; the mail service refused order 2 for now
+SELECT ordered_events.ack('mailer', ARRAY[65536, 65538]);
+--  2
+SELECT ordered_events.nack('mailer', ARRAY[65537], delay => '30 s');
+--  1
+SELECT seq, key, attempt, visible_until > now() AS away FROM ordered_events.leases
+ WHERE consumer = 'mailer';
+--  2 | order_2 | 1 | t
+SELECT ordered_events.drop_consumer('mailer');
 -- "Parallel partitions": partition 0
 CREATE TABLE shipping_log (stream text, seq bigint, key text, payload jsonb);
 SELECT ordered_events.create_stream('orders');

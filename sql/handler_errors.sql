@@ -182,7 +182,7 @@ SELECT pg_temp.unchanged();
 --
 CREATE ROLE regress_oe_he_owner;
 GRANT USAGE ON SCHEMA ordered_events TO regress_oe_he_owner;
-GRANT EXECUTE ON FUNCTION ordered_events.create_consumer(text, integer, regprocedure, text, text, interval, text, integer, interval)
+GRANT EXECUTE ON FUNCTION ordered_events.create_consumer(text, integer, regprocedure, text, text, interval, text, integer, interval, text)
     TO regress_oe_he_owner;
 CREATE FUNCTION public.he_private(state jsonb, e ordered_events.event) RETURNS ordered_events.step
 LANGUAGE sql AS $$ SELECT ROW(state, NULL)::ordered_events.step $$;

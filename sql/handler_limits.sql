@@ -34,7 +34,7 @@ CREATE SCHEMA hl AUTHORIZATION regress_oe_hl_owner;
 GRANT USAGE ON SCHEMA ordered_events TO regress_oe_hl_owner, regress_oe_hl_caller;
 GRANT EXECUTE ON FUNCTION
     ordered_events.create_stream(text, text, bigint, text, interval, integer, interval, interval),
-    ordered_events.create_consumer(text, integer, regprocedure, text, text, interval, text, integer, interval),
+    ordered_events.create_consumer(text, integer, regprocedure, text, text, interval, text, integer, interval, text),
     ordered_events.subscribe(text, text, interval, text),
     ordered_events.process(text, integer, integer),
     ordered_events.read(text, integer, integer, interval)

@@ -12,7 +12,7 @@ CREATE ROLE regress_hr_intruder;
 CREATE SCHEMA hrep;
 GRANT CREATE, USAGE ON SCHEMA hrep TO regress_hr_author, regress_hr_intruder;
 GRANT USAGE ON SCHEMA hrep, ordered_events TO regress_hr_owner, regress_hr_author, regress_hr_intruder;
-GRANT EXECUTE ON FUNCTION ordered_events.create_consumer(text, integer, regprocedure, text, text, interval, text, integer, interval),
+GRANT EXECUTE ON FUNCTION ordered_events.create_consumer(text, integer, regprocedure, text, text, interval, text, integer, interval, text),
                           ordered_events.subscribe(text, text, interval, text)
    TO regress_hr_owner;
 
@@ -62,7 +62,7 @@ SELECT ordered_events.drop_consumer('hrep_c');
 SELECT ordered_events.drop_stream('hrep_s');
 DROP SCHEMA hrep CASCADE;
 REVOKE ALL ON SCHEMA ordered_events FROM regress_hr_owner, regress_hr_author, regress_hr_intruder;
-REVOKE ALL ON FUNCTION ordered_events.create_consumer(text, integer, regprocedure, text, text, interval, text, integer, interval),
+REVOKE ALL ON FUNCTION ordered_events.create_consumer(text, integer, regprocedure, text, text, interval, text, integer, interval, text),
                        ordered_events.subscribe(text, text, interval, text)
   FROM regress_hr_owner;
 DROP ROLE regress_hr_author, regress_hr_owner, regress_hr_intruder;

@@ -108,7 +108,7 @@ GRANT EXECUTE ON FUNCTION ordered_events.create_stream(text, text, bigint, text,
 GRANT EXECUTE ON FUNCTION ordered_events.ingest(text, bigint, text, jsonb, timestamptz, timestamptz, boolean),
                           ordered_events.append(text, text, jsonb, timestamptz) TO producer;
 GRANT INSERT ON ordered_events.inbox TO producer;
-GRANT EXECUTE ON FUNCTION ordered_events.create_consumer(text, integer, regprocedure, text, text, interval, text, integer, interval),
+GRANT EXECUTE ON FUNCTION ordered_events.create_consumer(text, integer, regprocedure, text, text, interval, text, integer, interval, text),
                           ordered_events.subscribe(text, text, interval, text),
                           ordered_events.unsubscribe(text, text),
                           ordered_events.drop_consumer(text),
@@ -116,7 +116,7 @@ GRANT EXECUTE ON FUNCTION ordered_events.create_consumer(text, integer, regproce
                           ordered_events.peek(text, integer, integer) TO consumer;
 GRANT pg_monitor TO monitor;
 -- handlers: the role whose handler runs, one that calls process(), one that reads the output
-GRANT EXECUTE ON FUNCTION ordered_events.create_consumer(text, integer, regprocedure, text, text, interval, text, integer, interval),
+GRANT EXECUTE ON FUNCTION ordered_events.create_consumer(text, integer, regprocedure, text, text, interval, text, integer, interval, text),
                           ordered_events.subscribe(text, text, interval, text),
                           ordered_events.unsubscribe(text, text),
                           ordered_events.alter_consumer(text, text, integer, interval, interval, regrole),
@@ -230,7 +230,7 @@ GRANT EXECUTE ON FUNCTION
     ordered_events.release(text),
     ordered_events.ingest(text, bigint, text, jsonb, timestamptz, timestamptz, boolean),
     ordered_events.append(text, text, jsonb, timestamptz),
-    ordered_events.create_consumer(text, integer, regprocedure, text, text, interval, text, integer, interval),
+    ordered_events.create_consumer(text, integer, regprocedure, text, text, interval, text, integer, interval, text),
     ordered_events.alter_consumer(text, text, integer, interval, interval, regrole),
     ordered_events.drop_consumer(text),
     ordered_events.subscribe(text, text, interval, text),
@@ -635,7 +635,7 @@ SELECT consumer, owner FROM ordered_events.consumers WHERE consumer = 'ph_out';
 -- docs/security.md gives a handler owner, and a handler of her own.
 CREATE ROLE regress_oe_mallory;
 GRANT USAGE ON SCHEMA ordered_events TO regress_oe_mallory;
-GRANT EXECUTE ON FUNCTION ordered_events.create_consumer(text, integer, regprocedure, text, text, interval, text, integer, interval),
+GRANT EXECUTE ON FUNCTION ordered_events.create_consumer(text, integer, regprocedure, text, text, interval, text, integer, interval, text),
                           ordered_events.subscribe(text, text, interval, text),
                           ordered_events.unsubscribe(text, text),
                           ordered_events.alter_consumer(text, text, integer, interval, interval, regrole),
@@ -747,7 +747,7 @@ SELECT p.oid::regprocedure AS public_may_execute
                      'released_end', 'gap_expired', 'lock_subscriptions', 'register_cycle_hook',
                      'cycle_hooks', 'extension_of', 'redrive', 'skip_held', 'forget_parked',
                      'handler_consumer_to_change', 'wake_worker', 'seek', 'reset_consumer',
-                     'seek_streams', 'forget_stopped_calls')
+                     'seek_streams', 'forget_stopped_calls', 'receive', 'ack', 'nack')
         OR p.proname LIKE '%\_as')
  ORDER BY 1::text;
 SELECT c.relname AS public_may_select

@@ -13,11 +13,12 @@
  *	  (ordered_events.released_end(): a skipped run that may still hold late
  *	  events is not released);
  * 2. with a retention, the oldest released events that every subscribed
- *	  consumer has read past, released longer ago than the retention and
- *	  counted, are deleted, with the release runs (log rows) they empty; a
- *	  global stream's oldest run may be deleted in parts (its seq_start
- *	  moves up); the stream's newest run stays, emptied, since release steps
- *	  number the next one after it (delivery.c); counted in deleted_totals;
+ *	  consumer has read past (and no lease consumer has out), released
+ *	  longer ago than the retention and counted, are deleted, with the
+ *	  release runs (log rows) they empty; a global stream's oldest run may
+ *	  be deleted in parts (its seq_start moves up); the stream's newest run
+ *	  stays, emptied, since release steps number the next one after it
+ *	  (delivery.c); counted in deleted_totals;
  * 3. with a dead_letter_retention, the stream's older rejections leave
  *	  unprocessed, counted per key in key_counters and in deleted_totals.
  *
@@ -159,15 +160,22 @@ static OePlan plans[] = {
 	},
 	/*
 	 * What every consumer read past: the release runs before its position,
-	 * or all of them for a partition with nothing left to read.
+	 * or all of them for a partition with nothing left to read; and before
+	 * the oldest event a lease consumer has out (lease.floors, src/lease.c).
 	 */
 	[PLAN_READ_FROM] = {
-		"SELECT pg_catalog.min(s.read_delivery) FROM ordered_events.subscription s "
-		"JOIN ordered_events.consumer_def c ON c.consumer_id = s.consumer_id "
-		"JOIN ordered_events.release_totals t "
-		"  ON t.stream_id = s.stream_id AND t.partitions = c.partitions "
-		" AND t.partition = s.partition "
-		"WHERE s.stream_id = $1 AND s.taken_count < t.released_count",
+		"SELECT LEAST((SELECT pg_catalog.min(s.read_delivery) "
+		"              FROM ordered_events.subscription s "
+		"              JOIN ordered_events.consumer_def c ON c.consumer_id = s.consumer_id "
+		"              JOIN ordered_events.release_totals t "
+		"                ON t.stream_id = s.stream_id AND t.partitions = c.partitions "
+		"               AND t.partition = s.partition "
+		"             WHERE s.stream_id = $1 AND s.taken_count < t.released_count), "
+		"             (SELECT pg_catalog.min(f.floor) FROM ordered_events.lease x "
+		"               CROSS JOIN LATERAL ROWS FROM (pg_catalog.unnest(x.streams), "
+		"                                             pg_catalog.unnest(x.floors)) "
+		"                     AS f(stream_id, floor) "
+		"              WHERE f.stream_id = $1))",
 		1, {INT4OID}, CUSTOM
 	},
 	[PLAN_NEWEST] = {

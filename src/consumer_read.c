@@ -74,7 +74,8 @@ static OePlan plans[] = {
 		"  c.alignment = 'processing', c.handler_owner, pg_catalog.to_regprocedure(c.handler), "
 		"  (extract(epoch FROM c.handler_timeout) * 1000)::integer, "
 		"  c.on_error = 'hold', c.max_attempts, "
-		"  (extract(epoch FROM c.retry_delay) * 1000000)::bigint "
+		"  (extract(epoch FROM c.retry_delay) * 1000000)::bigint, "
+		"  c.delivery = 'lease' "
 		"FROM ordered_events.consumer_or_error($1) c",
 		1, {TEXTOID}, CURSOR_OPT_GENERIC_PLAN
 	},
@@ -425,6 +426,7 @@ next_event(Reader *r, ReadContext *cx)
 			r->head.last_event = DatumGetBool(slot_getattr(slot, Anum_oe_event_last_event,
 														   &isnull));
 			r->head.arrival = DatumGetInt64(slot_getattr(slot, Anum_oe_event_arrival, &isnull));
+			r->head.delivery = r->run_delivery;
 			r->head.stabilized_ts = stabilized(r->head.alignment_ts, r->bias, r->delay);
 			return true;
 		}
@@ -623,10 +625,20 @@ oe_consumer_lookup(Datum name, int32 partition, OeConsumer *consumer)
 		consumer->max_attempts = DatumGetInt32(oe_result(0, 11, &isnull));
 		consumer->retry_delay_us = DatumGetInt64(oe_result(0, 12, &isnull));
 	}
-	if (partition < 0 || partition >= consumer->partitions)
+	consumer->lease = DatumGetBool(oe_result(0, 13, &isnull));
+	if (consumer->lease)
+		consumer->max_attempts = DatumGetInt32(oe_result(0, 11, &isnull));
+	oe_check_partition(consumer);
+}
+
+/* Fail unless consumer->partition is one of the consumer's partitions. */
+void
+oe_check_partition(const OeConsumer *consumer)
+{
+	if (consumer->partition < 0 || consumer->partition >= consumer->partitions)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("invalid value for partition: %d", partition),
+				 errmsg("invalid value for partition: %d", consumer->partition),
 				 errdetail("Consumer \"%s\" has %d partition(s).",
 						   consumer->name, consumer->partitions),
 				 errhint("Use a partition from 0 to %d.", consumer->partitions - 1)));
@@ -829,6 +841,12 @@ read_consumer(FunctionCallInfo fcinfo, bool consume)
 	oe_check_owner(caller, consumer.owner, "consumer", consumer.name);
 	oe_check_not_in_step(consumer.consumer_id);
 	consumer.reader = OidIsValid(consumer.owner) ? consumer.owner : caller;
+	if (consumer.lease && consume)
+		ereport(ERROR,
+				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+				 errmsg("consumer \"%s\" has delivery 'lease'", consumer.name),
+				 errdetail("Its events are leased, not consumed by a transaction."),
+				 errhint("Use ordered_events.receive() and ordered_events.ack().")));
 	if (consumer.handler != NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_WRONG_OBJECT_TYPE),

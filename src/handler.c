@@ -129,9 +129,9 @@ enum
 
 static OePlan plans[] = {
 	[PLAN_DEFINE] = {
-		"SELECT ordered_events.define_consumer($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-		10, {TEXTOID, INT4OID, REGPROCEDUREOID, TEXTOID, TEXTOID, INTERVALOID,
-		TEXTOID, INT4OID, INTERVALOID, REGROLEOID}
+		"SELECT ordered_events.define_consumer($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+		11, {TEXTOID, INT4OID, REGPROCEDUREOID, TEXTOID, TEXTOID, INTERVALOID,
+		TEXTOID, INT4OID, INTERVALOID, TEXTOID, REGROLEOID}
 	},
 	/*
 	 * The parked events of the partition's keys that are due at $3, in
@@ -1792,6 +1792,8 @@ process_named(Datum name, int32 partition, int32 max_events, bool in_worker, int
 		ereport(ERROR,
 				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
 				 errmsg("consumer \"%s\" has no handler", consumer.name),
+				 consumer.lease ?
+				 errhint("Receive its events with ordered_events.receive().") :
 				 errhint("Read its events with ordered_events.read().")));
 	/* the worker took the lock without waiting (oe_consumer_lock_nowait) */
 	consumer.locked = in_worker;
@@ -1861,7 +1863,8 @@ oe_check_not_in_step_sql(PG_FUNCTION_ARGS)
 /*
  * create_consumer(consumer text, partitions integer, handler regprocedure,
  * output_stream text, alignment text, handler_timeout interval, on_error
- * text, max_attempts integer, retry_delay interval) returns void
+ * text, max_attempts integer, retry_delay interval, delivery text) returns
+ * void
  *
  * The calling role becomes the handler's owner; define_consumer() does
  * the rest as the owner of the extension's tables.
@@ -1872,22 +1875,22 @@ oe_create_consumer(PG_FUNCTION_ARGS)
 {
 	Oid			caller = GetUserId();
 	OeInternalScope scope;
-	Datum		values[10];
-	char		nulls[10] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	Datum		values[11];
+	char		nulls[11] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 
 	oe_check_not_null(fcinfo, 0, "consumer");
 	oe_check_not_null(fcinfo, 1, "partitions");
 	oe_check_not_null(fcinfo, 4, "alignment");
 	oe_check_not_null(fcinfo, 6, "on_error");
-	oe_check_not_null(fcinfo, 7, "max_attempts");
 	oe_check_not_null(fcinfo, 8, "retry_delay");
-	for (int i = 0; i < 9; i++)
+	oe_check_not_null(fcinfo, 9, "delivery");
+	for (int i = 0; i < 10; i++)
 	{
 		values[i] = PG_GETARG_DATUM(i);
 		if (PG_ARGISNULL(i))
-			nulls[i] = 'n';
+			nulls[i] = 'n';		/* max_attempts NULL: the default of its delivery */
 	}
-	values[9] = ObjectIdGetDatum(caller);
+	values[10] = ObjectIdGetDatum(caller);
 
 	oe_internal_begin(&scope, oe_relations()->owner);
 	oe_run_plan(&plans[PLAN_DEFINE], values, nulls, SPI_OK_SELECT);

@@ -28,6 +28,7 @@
 #include "utils/acl.h"
 #include "utils/jsonb.h"
 #include "utils/snapshot.h"
+#include "utils/tuplestore.h"
 
 #define OE_SCHEMA			"ordered_events"
 #define OE_MAX_KEY_BYTES	1024
@@ -318,6 +319,7 @@ typedef struct OeConsumer
 	Oid			reader;			/* who reads its streams ('read'): the owner,
 								 * or the caller of a consumer without one */
 	bool		locked;			/* this transaction holds its partition's lock */
+	bool		lease;			/* delivery 'lease': read by receive() (lease.c) */
 } OeConsumer;
 
 /*
@@ -339,6 +341,7 @@ typedef struct OeReadEvent
 	TimestampTz received_at;
 	TimestampTz released_at;
 	int64		arrival;
+	int64		delivery;		/* its release log row's delivery number */
 } OeReadEvent;
 
 typedef void (*OeEventSink) (const OeReadEvent *event, void *arg);
@@ -354,7 +357,7 @@ typedef struct OePlan
 {
 	const char *sql;
 	int			nargs;
-	Oid			argtypes[10];
+	Oid			argtypes[16];
 	int			cursor_options;
 	SPIPlanPtr	plan;
 } OePlan;
@@ -545,10 +548,28 @@ extern bool oe_wait_for_release(int32 consumer_id, uint64 seen, TimestampTz dead
 /* consumer_read.c */
 extern int32 oe_consumer_args(FunctionCallInfo fcinfo, const char *takes);
 extern void oe_consumer_lookup(Datum name, int32 partition, OeConsumer *consumer);
+extern void oe_check_partition(const OeConsumer *consumer);
 extern bool oe_consumer_lock_nowait(const char *consumer, int32 partition);
 extern void oe_consumer_lock(OeConsumer *consumer);
 extern int32 oe_consumer_take(const OeConsumer *consumer, int32 max_events, bool consume,
 							  OeEventSink sink, void *arg);
+
+/* lease.c: the arguments of a receive() */
+typedef struct OeReceiveArgs
+{
+	const char *consumer;
+	int32		max_events;
+	int32		partition;
+	Interval	visibility;		/* how long the leases last */
+	Interval	wait;
+} OeReceiveArgs;
+
+extern TupleDesc oe_receive_desc(void);
+extern int32 oe_receive_events(const OeReceiveArgs *args, Tuplestorestate *rows,
+							   TupleDesc desc);
+
+/* lease_worker.c */
+extern void oe_receive_in_worker(const OeReceiveArgs *args, Tuplestorestate *rows);
 
 /* handler.c */
 extern void oe_handler_init(void);

@@ -36,7 +36,9 @@ CREATE TABLE ordered_events.consumer_def (
         CHECK (retry_delay >= interval '0' AND retry_delay <= interval '1 day'),
     -- named as the updates from 0.1 named them
     CONSTRAINT consumer_def_check CHECK ((handler IS NULL) = (handler_owner IS NULL)),
-    CONSTRAINT consumer_def_check1 CHECK (handler IS NOT NULL OR output_stream_id IS NULL)
+    CONSTRAINT consumer_def_check1 CHECK (handler IS NOT NULL OR output_stream_id IS NULL),
+    delivery text NOT NULL DEFAULT 'transaction' CHECK (delivery IN ('transaction', 'lease')),
+    CONSTRAINT consumer_def_lease_check CHECK (delivery = 'transaction' OR handler IS NULL)
 );
 CREATE INDEX consumer_def_output_idx ON ordered_events.consumer_def (output_stream_id);
 ALTER SEQUENCE ordered_events.consumer_id_seq OWNED BY ordered_events.consumer_def.consumer_id;
@@ -46,6 +48,8 @@ COMMENT ON COLUMN ordered_events.consumer_def.handler_timeout IS
     'The limit of one handler call; NULL: the server''s ordered_events.handler_timeout';
 COMMENT ON COLUMN ordered_events.consumer_def.on_error IS
     'What becomes of an event whose handler failed max_attempts times: ''dead_letter'' or ''hold''';
+COMMENT ON COLUMN ordered_events.consumer_def.delivery IS
+    '''transaction'': read() consumes events in the reading transaction; ''lease'': receive() leases them until ack() (src/lease.c)';
 SELECT pg_catalog.pg_extension_config_dump('ordered_events.consumer_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('ordered_events.consumer_def', '');
 
@@ -286,7 +290,7 @@ REVOKE EXECUTE ON FUNCTION ordered_events.forget_unused_totals(integer) FROM PUB
 CREATE FUNCTION ordered_events.define_consumer(
     consumer text, partitions integer, handler regprocedure, output_stream text,
     alignment text, handler_timeout interval, on_error text, max_attempts integer,
-    retry_delay interval, owner regrole)
+    retry_delay interval, delivery text, owner regrole)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -307,9 +311,29 @@ BEGIN
         PERFORM ordered_events.invalid_option('alignment', alignment,
             'Use ''inherit'' (a derived event has its parent''s alignment_ts) or ''processing'' (the time it is derived).');
     END IF;
+    IF delivery NOT IN ('transaction', 'lease') THEN
+        PERFORM ordered_events.invalid_option('delivery', delivery,
+            'Use ''transaction'' (read() consumes events in the reading transaction: exactly once) or ''lease'' (receive() leases them until ack(): at least once, for work outside the database).');
+    END IF;
+    IF delivery = 'lease' AND max_attempts NOT BETWEEN 1 AND 100 THEN
+        PERFORM ordered_events.invalid_option('max_attempts', max_attempts::text,
+            'Use 1 to 100: how many times an event is delivered before it becomes a dead letter.');
+    END IF;
     PERFORM ordered_events.check_handler_timeout(handler_timeout);
     PERFORM ordered_events.check_failure_policy(on_error, max_attempts, retry_delay);
-    IF handler IS NULL THEN
+    IF delivery = 'lease' THEN
+        IF handler IS NOT NULL THEN
+            RAISE EXCEPTION 'a consumer with a handler cannot have delivery ''lease'''
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'The extension applies a handler''s events itself, exactly once: leave out delivery, or leave out the handler for a consumer whose events receive() leases to an application.';
+        END IF;
+        IF output_stream IS NOT NULL OR alignment <> 'inherit' OR handler_timeout IS NOT NULL
+           OR on_error <> 'dead_letter' OR retry_delay <> interval '1 s' THEN
+            RAISE EXCEPTION 'output_stream, alignment, handler_timeout, on_error and retry_delay need a handler'
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'A lease consumer takes max_attempts: how many times an event is delivered before it becomes a dead letter.';
+        END IF;
+    ELSIF handler IS NULL THEN
         IF output_stream IS NOT NULL OR alignment <> 'inherit' OR handler_timeout IS NOT NULL
            OR on_error <> 'dead_letter' OR max_attempts <> 1 OR retry_delay <> interval '1 s' THEN
             RAISE EXCEPTION 'output_stream, alignment, handler_timeout, on_error, max_attempts and retry_delay need a handler'
@@ -324,20 +348,24 @@ BEGIN
     END IF;
     INSERT INTO ordered_events.consumer_def
         (consumer, partitions, handler, owner, handler_owner, output_stream_id, alignment,
-         handler_timeout, on_error, max_attempts, retry_delay)
+         handler_timeout, on_error, max_attempts, retry_delay, delivery)
     VALUES (define_consumer.consumer, define_consumer.partitions, handler::text, owner,
             (SELECT p.proowner FROM pg_catalog.pg_proc p WHERE p.oid = handler),
             output_id, define_consumer.alignment, define_consumer.handler_timeout,
-            define_consumer.on_error, define_consumer.max_attempts, define_consumer.retry_delay);
+            define_consumer.on_error,
+            -- NULL: 1 (no retry of a handler), 10 deliveries of a leased event
+            coalesce(define_consumer.max_attempts,
+                     CASE WHEN define_consumer.delivery = 'lease' THEN 10 ELSE 1 END),
+            define_consumer.retry_delay, define_consumer.delivery);
 EXCEPTION WHEN unique_violation THEN
     RAISE EXCEPTION 'consumer "%" already exists', consumer
         USING ERRCODE = 'duplicate_object',
               HINT = 'Drop it first with ordered_events.drop_consumer(), or choose another name.';
 END;
 $$;
-COMMENT ON FUNCTION ordered_events.define_consumer(text, integer, regprocedure, text, text, interval, text, integer, interval, regrole) IS
+COMMENT ON FUNCTION ordered_events.define_consumer(text, integer, regprocedure, text, text, interval, text, integer, interval, text, regrole) IS
     'Internal: create_consumer() once it knows the calling role';
-REVOKE EXECUTE ON FUNCTION ordered_events.define_consumer(text,integer,regprocedure,text,text,interval,text,integer,interval,regrole) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION ordered_events.define_consumer(text,integer,regprocedure,text,text,interval,text,integer,interval,text,regrole) FROM PUBLIC;
 CREATE FUNCTION ordered_events.create_consumer(
     consumer text,
     partitions integer DEFAULT 1,
@@ -346,14 +374,15 @@ CREATE FUNCTION ordered_events.create_consumer(
     alignment text DEFAULT 'inherit',
     handler_timeout interval DEFAULT NULL,
     on_error text DEFAULT 'dead_letter',
-    max_attempts integer DEFAULT 1,
-    retry_delay interval DEFAULT '1 s')
+    max_attempts integer DEFAULT NULL,
+    retry_delay interval DEFAULT '1 s',
+    delivery text DEFAULT 'transaction')
 RETURNS void
 LANGUAGE c VOLATILE
 AS 'MODULE_PATHNAME', 'oe_create_consumer';
-COMMENT ON FUNCTION ordered_events.create_consumer(text, integer, regprocedure, text, text, interval, text, integer, interval) IS
-    'Create a consumer owned by the calling role: a named reader of the released events of the streams it subscribes to, read by the extension through a handler if one is given';
-REVOKE EXECUTE ON FUNCTION ordered_events.create_consumer(text,integer,regprocedure,text,text,interval,text,integer,interval) FROM PUBLIC;
+COMMENT ON FUNCTION ordered_events.create_consumer(text, integer, regprocedure, text, text, interval, text, integer, interval, text) IS
+    'Create a consumer owned by the calling role: a named reader of the released events of the streams it subscribes to, read by the extension through a handler if one is given, leased by receive() with delivery ''lease''';
+REVOKE EXECUTE ON FUNCTION ordered_events.create_consumer(text,integer,regprocedure,text,text,interval,text,integer,interval,text) FROM PUBLIC;
 CREATE FUNCTION ordered_events.alter_consumer_as(consumer text, on_error text,
                                                  max_attempts integer, retry_delay interval,
                                                  handler_timeout interval,
@@ -367,13 +396,20 @@ DECLARE
     s record;
 BEGIN
     c := ordered_events.consumer_to_change(consumer, caller, for_update => true);
+    IF c.delivery = 'lease' AND max_attempts NOT BETWEEN 1 AND 100 THEN
+        PERFORM ordered_events.invalid_option('max_attempts', max_attempts::text,
+            'Use 1 to 100: how many times an event is delivered before it becomes a dead letter.');
+    END IF;
     PERFORM ordered_events.check_handler_timeout(handler_timeout);
     PERFORM ordered_events.check_failure_policy(on_error, max_attempts, retry_delay);
     IF c.handler IS NULL AND (handler_timeout IS NOT NULL OR on_error IS NOT NULL
-                              OR max_attempts IS NOT NULL OR retry_delay IS NOT NULL) THEN
+                              OR (max_attempts IS NOT NULL AND c.delivery <> 'lease')
+                              OR retry_delay IS NOT NULL) THEN
         RAISE EXCEPTION 'consumer "%" has no handler', consumer
             USING ERRCODE = 'wrong_object_type',
-                  HINT = 'handler_timeout, on_error, max_attempts and retry_delay rule the calls of a handler; a consumer without one is read by read().';
+                  HINT = CASE WHEN c.delivery = 'lease'
+                              THEN 'handler_timeout, on_error and retry_delay rule the calls of a handler; a lease consumer takes max_attempts.'
+                              ELSE 'handler_timeout, on_error, max_attempts and retry_delay rule the calls of a handler; a consumer without one is read by read().' END;
     END IF;
     IF alter_consumer_as.owner IS NOT NULL THEN
         -- the new owner must be allowed what the consumer does
@@ -434,12 +470,13 @@ BEGIN
     PERFORM ordered_events.lock_streams(streams);
     -- Waits for a read of the consumer in progress (it locks these rows).
     DELETE FROM ordered_events.consumer_def d WHERE d.consumer_id = c.consumer_id;
-    -- its handler's states, results and dead letters go with it, as a
-    -- stream's dead letters go with drop_stream()
+    -- its handler's states, results and dead letters, and its leases go
+    -- with it, as a stream's dead letters go with drop_stream()
     DELETE FROM ordered_events.handler_state k WHERE k.consumer_id = c.consumer_id;
     DELETE FROM ordered_events.handler_parked p WHERE p.consumer_id = c.consumer_id;
     DELETE FROM ordered_events.handler_result r WHERE r.consumer_id = c.consumer_id;
     DELETE FROM ordered_events.unprocessed u WHERE u.consumer = c.consumer;
+    DELETE FROM ordered_events.lease x WHERE x.consumer_id = c.consumer_id;
     PERFORM ordered_events.forget_unused_totals(id) FROM unnest(streams) id;
 END;
 $$;

@@ -189,7 +189,13 @@ SELECT d.stream
                                      AND t.partition = s.partition
                                    WHERE s.stream_id = d.stream_id
                                      AND s.taken_count < t.released_count
-                                     AND s.read_delivery <= l.delivery))
+                                     AND s.read_delivery <= l.delivery)
+                  -- nor what lease consumers have out (src/lease.c)
+                  AND NOT EXISTS (SELECT FROM ordered_events.lease x
+                                   CROSS JOIN LATERAL ROWS FROM (pg_catalog.unnest(x.streams),
+                                                                 pg_catalog.unnest(x.floors))
+                                         AS f(stream_id, floor)
+                                   WHERE f.stream_id = d.stream_id AND f.floor <= l.delivery))
     OR EXISTS (SELECT FROM ordered_events.unprocessed u
                 WHERE d.dead_letter_retention IS NOT NULL
                   AND u.stream = d.stream AND u.consumer IS NULL

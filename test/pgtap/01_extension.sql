@@ -70,6 +70,8 @@ SELECT functions_are('ordered_events', ARRAY[
     'join', 'leave',
     -- owners and privileges (0.3)
     'grant_stream', 'revoke_stream', 'has_stream_privilege', 'alter_consumer',
+    -- the lease mode (0.3)
+    'receive', 'ack', 'nack',
     -- internal
     'blocking_transactions', 'check_handler', 'check_not_null', 'check_release_options',
     'check_retention', 'committed_position', 'compact_stream', 'consumer_or_error',
@@ -93,7 +95,9 @@ SELECT functions_are('ordered_events', ARRAY[
     'seek', 'reset_consumer', 'seek_as', 'seek_streams', 'reset_consumer_as',
     'forget_stopped_calls',
     -- groups (issue 24)
-    'group_consumer', 'assign_partitions', 'join_as', 'leave_as'],
+    'group_consumer', 'assign_partitions', 'join_as', 'leave_as',
+    -- leases (issue 24)
+    'lease_events'],
     'schema ordered_events has exactly the functions of 0.3');
 SELECT tables_are('ordered_events', ARRAY[
     'unprocessed',
@@ -101,17 +105,18 @@ SELECT tables_are('ordered_events', ARRAY[
     'stream_def', 'event_store', 'progress', 'lane_release_log', 'gap_skips', 'key_arrivals',
     'release_totals', 'consumer_def', 'subscription', 'handler_state', 'handler_result',
     'handler_parked', 'key_counters', 'deleted_totals', 'cycle_hook', 'backlog_blocks',
-    'backlog_islands', 'group_member'],
+    'backlog_islands', 'group_member', 'lease'],
     'schema ordered_events has exactly the tables of 0.3');
 SELECT views_are('ordered_events', ARRAY[
     'streams', 'inbox', 'released', 'pending', 'ranges', 'key_status', 'stream_stats',
     'worker_status', 'skipped_gaps', 'consumers', 'key_state', 'results', 'metrics',
-    'held', 'members',
+    'held', 'members', 'leases',
     -- internal
     'accepted_events', 'late_events'],
     'schema ordered_events has exactly the views of 0.3');
 SELECT sequences_are('ordered_events', ARRAY['stream_id_seq', 'arrival_seq', 'consumer_id_seq',
-                                             'result_position_seq', 'parked_position_seq'],
+                                             'result_position_seq', 'parked_position_seq',
+                                             'lease_batch_seq'],
     'schema ordered_events has exactly the sequences of 0.3 (no fence stream exists)');
 
 -- The types of the schema: the enums and the handlers' composite types

@@ -17,11 +17,12 @@ SELECT plan(210);
 \ir shared/function_contract.sql
 
 INSERT INTO contract_function VALUES
-(1, 'create_consumer', '{text,integer,regprocedure,text,text,interval,text,integer,interval}', 'void', 'volatile',
+(1, 'create_consumer', '{text,integer,regprocedure,text,text,interval,text,integer,interval,text}', 'void', 'volatile',
     'consumer text, partitions integer DEFAULT 1, handler regprocedure DEFAULT NULL::regprocedure, '
     'output_stream text DEFAULT NULL::text, alignment text DEFAULT ''inherit''::text, '
     'handler_timeout interval DEFAULT NULL::interval, on_error text DEFAULT ''dead_letter''::text, '
-    'max_attempts integer DEFAULT 1, retry_delay interval DEFAULT ''00:00:01''::interval', 'void'),
+    'max_attempts integer DEFAULT NULL::integer, retry_delay interval DEFAULT ''00:00:01''::interval, '
+    'delivery text DEFAULT ''transaction''::text', 'void'),
 (2, 'drop_consumer', '{text}', 'void', 'volatile',
     'consumer text', 'void'),
 (3, 'subscribe', '{text,text,interval,text}', 'void', 'volatile',
@@ -260,7 +261,7 @@ SELECT throws_ok($$SELECT ordered_events.unsubscribe('tap_cons_gone', 'tap_cons_
 SELECT function_privs_are('ordered_events', f.name, f.args, 'public', f.privs,
            format('PUBLIC %s execute %s', CASE WHEN f.privs = '{}' THEN 'may not' ELSE 'may' END,
                   f.name))
-  FROM (VALUES (1, 'create_consumer'::name, '{text,integer,regprocedure,text,text,interval,text,integer,interval}'::name[], '{}'::name[]),
+  FROM (VALUES (1, 'create_consumer'::name, '{text,integer,regprocedure,text,text,interval,text,integer,interval,text}'::name[], '{}'::name[]),
                (2, 'drop_consumer', '{text}', '{}'),
                (3, 'subscribe', '{text,text,interval,text}', '{}'),
                (4, 'unsubscribe', '{text,text}', '{}'),

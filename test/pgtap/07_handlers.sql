@@ -16,11 +16,12 @@ SELECT plan(74);
 INSERT INTO contract_function VALUES
 (1, 'process', '{text,integer,integer}', 'bigint', 'volatile',
     'consumer text, max_events integer DEFAULT 1000, partition integer DEFAULT 0', 'bigint'),
-(2, 'create_consumer', '{text,integer,regprocedure,text,text,interval,text,integer,interval}', 'void', 'volatile',
+(2, 'create_consumer', '{text,integer,regprocedure,text,text,interval,text,integer,interval,text}', 'void', 'volatile',
     'consumer text, partitions integer DEFAULT 1, handler regprocedure DEFAULT NULL::regprocedure, '
     'output_stream text DEFAULT NULL::text, alignment text DEFAULT ''inherit''::text, '
     'handler_timeout interval DEFAULT NULL::interval, on_error text DEFAULT ''dead_letter''::text, '
-    'max_attempts integer DEFAULT 1, retry_delay interval DEFAULT ''00:00:01''::interval', 'void');
+    'max_attempts integer DEFAULT NULL::integer, retry_delay interval DEFAULT ''00:00:01''::interval, '
+    'delivery text DEFAULT ''transaction''::text', 'void');
 
 SELECT * FROM pg_temp.function_contract_tests();
 

@@ -102,7 +102,7 @@ GRANT EXECUTE ON FUNCTION
     ordered_events.release(text),
     ordered_events.ingest(text, bigint, text, jsonb, timestamptz, timestamptz, boolean),
     ordered_events.append(text, text, jsonb, timestamptz),
-    ordered_events.create_consumer(text, integer, regprocedure, text, text, interval, text, integer, interval),
+    ordered_events.create_consumer(text, integer, regprocedure, text, text, interval, text, integer, interval, text),
     ordered_events.alter_consumer(text, text, integer, interval, interval, regrole),
     ordered_events.drop_consumer(text),
     ordered_events.subscribe(text, text, interval, text),

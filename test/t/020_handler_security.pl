@@ -36,7 +36,7 @@ $node->safe_psql('postgres', q{
 	CREATE ROLE alice LOGIN;
 	CREATE SCHEMA alice_s AUTHORIZATION alice;
 	GRANT USAGE ON SCHEMA ordered_events TO alice;
-	GRANT EXECUTE ON FUNCTION ordered_events.create_consumer(text, integer, regprocedure, text, text, interval, text, integer, interval),
+	GRANT EXECUTE ON FUNCTION ordered_events.create_consumer(text, integer, regprocedure, text, text, interval, text, integer, interval, text),
 	                          ordered_events.subscribe(text, text, interval, text) TO alice;
 	CREATE TABLE public.secret (v text);
 	INSERT INTO public.secret VALUES ('s1'), ('s2');

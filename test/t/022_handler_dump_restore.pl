@@ -43,7 +43,7 @@ $source->safe_psql('postgres', q{
 	CREATE ROLE owner1;
 	CREATE ROLE owner2;
 	GRANT USAGE ON SCHEMA ordered_events TO owner1, owner2;
-	GRANT EXECUTE ON FUNCTION ordered_events.create_consumer(text, integer, regprocedure, text, text, interval, text, integer, interval),
+	GRANT EXECUTE ON FUNCTION ordered_events.create_consumer(text, integer, regprocedure, text, text, interval, text, integer, interval, text),
 	                          ordered_events.subscribe(text, text, interval, text) TO owner1, owner2;
 	CREATE SCHEMA h AUTHORIZATION owner1;
 	GRANT USAGE ON SCHEMA h TO owner2;

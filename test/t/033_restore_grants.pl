@@ -106,7 +106,7 @@ unlike($log, qr/HINT:  .*worker_status|ordered_events could not/, '... and no er
 # Filled at 0.3: the consumer role, granted what 0.3 gives consumers, made
 # a consumer and read part of g.
 $node->safe_psql('postgres', q{
-	GRANT EXECUTE ON FUNCTION ordered_events.create_consumer(text, integer, regprocedure, text, text, interval, text, integer, interval),
+	GRANT EXECUTE ON FUNCTION ordered_events.create_consumer(text, integer, regprocedure, text, text, interval, text, integer, interval, text),
 	                          ordered_events.subscribe(text, text, interval, text),
 	                          ordered_events.read(text, integer, integer, interval) TO consumer;
 	SET ROLE consumer;
@@ -169,7 +169,7 @@ $node->safe_psql('fresh02', qq{
 # The update made create_consumer() again with the grants of 0.2's.
 is($node->safe_psql('fresh02', q{
 	SELECT has_function_privilege('consumer',
-	           'ordered_events.create_consumer(text, integer, regprocedure, text, text, interval, text, integer, interval)', 'EXECUTE')}),
+	           'ordered_events.create_consumer(text, integer, regprocedure, text, text, interval, text, integer, interval, text)', 'EXECUTE')}),
 	't', 'made at 0.2: the consumer may still create consumers');
 $node->safe_psql('fresh03', 'CREATE EXTENSION ordered_events');
 my $fresh_init_privs = OrderedEvents::member_init_privs($node, 'fresh03');
