@@ -1022,11 +1022,12 @@ lease_consumer(Oid caller, const char *name, int32 partition, OeConsumer *consum
  * One try of receive(): deliver what is due again, what waited, then new
  * events, at most max_events, into "rows".  Returns how many it delivered;
  * *next_due is when the earliest lease of the partition runs out
- * (DT_NOEND if none is out).
+ * (DT_NOEND if none is out), *consumer_id the consumer's; *changed
+ * whether it wrote anything (dead letters, events left waiting).
  */
 static int32
 receive_try(const OeReceiveArgs *args, Tuplestorestate *rows, TupleDesc desc,
-			TimestampTz *next_due)
+			TimestampTz *next_due, int32 *consumer_id, bool *changed)
 {
 	Oid			caller = GetUserId();
 	OeInternalScope scope;
@@ -1062,6 +1063,10 @@ receive_try(const OeReceiveArgs *args, Tuplestorestate *rows, TupleDesc desc,
 		if (rc->lease_rows[i].state != 'w' && !all_done(rc->lease_rows[i].done))
 			*next_due = Min(*next_due, rc->lease_rows[i].visible_until);
 	delivered = rc->delivered.n;
+	*consumer_id = rc->consumer.consumer_id;
+	*changed = rc->new_waiting.n > 0;
+	for (int i = 0; i < rc->nrows; i++)
+		*changed |= rc->lease_rows[i].changed;
 	oe_internal_end(&scope);
 	return delivered;
 }
@@ -1091,25 +1096,61 @@ oe_receive_desc(void)
  * The events of a receive(), in the current transaction: one try, and
  * with a "wait", tries again until it delivers or the wait is over.
  * Returns how many events it delivered.
+ *
+ * Waiting (wait.c): each try runs in a subtransaction, rolled back when it
+ * delivered nothing, so that the sleep after it holds no lock of the
+ * partition (another receive(), subscribe(), drop_stream() go on).  It
+ * sleeps until a release gives the consumer events, an ack() or nack() of
+ * the consumer commits (a key may be free, an event returned), or the
+ * earliest lease out runs out, whichever comes first.  A try that
+ * delivered nothing but wrote something (dead letters, events left
+ * waiting) is kept, and ends the wait: it returns nothing.
  */
 int32
 oe_receive_events(const OeReceiveArgs *args, Tuplestorestate *rows, TupleDesc desc)
 {
-	MemoryContext cxt = AllocSetContextCreate(CurrentMemoryContext, "ordered_events receive",
+	MemoryContext outer = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	MemoryContext cxt = AllocSetContextCreate(outer, "ordered_events receive",
 											  ALLOCSET_DEFAULT_SIZES);
-	MemoryContext old = MemoryContextSwitchTo(cxt);
+	TimestampTz deadline = oe_wait_deadline((Interval *) &args->wait, "receive()");
 	TimestampTz next_due;
+	int32		consumer_id = 0;
+	bool		changed;
 	int32		delivered;
 
-	delivered = receive_try(args, rows, desc, &next_due);
+	MemoryContextSwitchTo(cxt);
+	if (deadline == 0)
+		delivered = receive_try(args, rows, desc, &next_due, &consumer_id, &changed);
+	else
+	{
+		for (;;)
+		{
+			/* read before the try's snapshot; the first try finds the consumer */
+			bool		known = consumer_id != 0;
+			uint64		seen = known ? oe_release_generation(consumer_id) : 0;
 
-	/*
-	 * The waiting receive (DESIGN 8.3, "Waiting reads") goes here: while
-	 * delivered == 0 and args->wait is not over, sleep until a release puts
-	 * events into the partition or next_due, whichever comes first, then
-	 * try again.
-	 */
-	MemoryContextSwitchTo(old);
+			BeginInternalSubTransaction(NULL);
+			MemoryContextSwitchTo(cxt);
+			delivered = receive_try(args, rows, desc, &next_due, &consumer_id, &changed);
+			if (delivered > 0 || changed)
+			{
+				ReleaseCurrentSubTransaction();
+				CurrentResourceOwner = owner;
+				break;
+			}
+			RollbackAndReleaseCurrentSubTransaction();
+			CurrentResourceOwner = owner;
+			MemoryContextSwitchTo(cxt);
+			MemoryContextReset(cxt);
+			if (!known)
+				continue;
+			if (!oe_wait_for_release(consumer_id, seen, Min(deadline, next_due)) &&
+				GetCurrentTimestamp() >= deadline)
+				break;
+		}
+	}
+	MemoryContextSwitchTo(outer);
 	MemoryContextDelete(cxt);
 	return delivered;
 }
@@ -1336,6 +1377,8 @@ settle(FunctionCallInfo fcinfo, const char *function, const TimestampTz *returne
 		if (receipts[first] >= 0)
 			settled += settle_batch(&consumer, batch, receipts + first, i - first, returned);
 	}
+	if (settled > 0)
+		oe_note_released(consumer.consumer_id);	/* wake its waiting receive()s */
 	oe_internal_end(&scope);
 	return settled;
 }

@@ -8,7 +8,9 @@
 # and subscribe() not blocked) before the gap was filled, and returned
 # the events with a wait of 5 minutes long before it ran out; a release
 # for another partition does not end the wait; a cancel ends it with
-# 57014 and consumes nothing.
+# 57014 and consumes nothing.  A waiting receive() of a lease consumer
+# sleeps holding no lock, and is woken by a release and by the ack() that
+# frees the key its next event waits behind.
 
 use strict;
 use warnings;
@@ -102,5 +104,40 @@ is($node->safe_psql('postgres', q{
 	'0:3/0 1:0/1', 'what each partition consumed: nothing by the cancelled read');
 
 eval { $reader->quit };
+
+# 4. receive(..., wait) of a lease consumer: woken by a release, and by an
+# ack() that frees a key; it sleeps holding no lock of its partition.
+$node->safe_psql('postgres', q{
+	SELECT ordered_events.create_stream('l_s');
+	SELECT ordered_events.create_consumer('l', delivery => 'lease');
+	SELECT ordered_events.subscribe('l', 'l_s');});
+my $receiver = $node->background_psql('postgres');
+my $receiver_pid = $receiver->query_safe('SELECT pg_backend_pid()');
+my $receive = q{
+	SELECT string_agg(seq || '/' || attempt || '/' || receipt, ',' ORDER BY seq)
+	  FROM ordered_events.receive('l', 10, 0, visibility => '1 hour', wait => '5 min');};
+sub receiver_sleeps
+{
+	return $node->poll_query_until('postgres', qq{
+		SELECT wait_event_type = 'Extension' FROM pg_catalog.pg_stat_activity WHERE pid = $receiver_pid});
+}
+OrderedEvents::send_query($receiver, $receive);
+ok(receiver_sleeps(), 'a receive() with nothing to deliver sleeps');
+is($node->safe_psql('postgres', q{
+	SET lock_timeout = '1 min';
+	SELECT count(*) FROM ordered_events.receive('l', 10, 0);}),
+	'0', '... holding no lock of its partition: another receive() goes on');
+$node->safe_psql('postgres', q{
+	SELECT ordered_events.ingest('l_s', 1, 'k'), ordered_events.ingest('l_s', 2, 'k');
+	SELECT ordered_events.release('l_s');});
+my $first = $receiver->query_safe(q{SELECT 'woken'});
+like($first, qr{^1/1/\d+\nwoken$}, 'the release woke it: seq 1 (seq 2 of its key waits behind it)');
+my ($receipt) = $first =~ m{^1/1/(\d+)};
+OrderedEvents::send_query($receiver, $receive);
+ok(receiver_sleeps(), 'the next receive() sleeps: seq 2 waits behind the lease of seq 1');
+is($node->safe_psql('postgres', "SELECT ordered_events.ack('l', ARRAY[$receipt]::bigint[])"), '1',
+	'seq 1 is acknowledged');
+like($receiver->query_safe(q{SELECT 'woken'}), qr{^2/1/\d+\nwoken$}, 'the ack woke it: seq 2');
+$receiver->quit;
 $node->stop;
 done_testing();
