@@ -107,13 +107,21 @@ GRANT EXECUTE ON FUNCTION ordered_events.create_stream(text, text, bigint, text,
                           ordered_events.compact(text) TO operator;
 GRANT EXECUTE ON FUNCTION ordered_events.ingest(text, bigint, text, jsonb, timestamptz, timestamptz, boolean),
                           ordered_events.append(text, text, jsonb, timestamptz) TO producer;
-GRANT INSERT ON ordered_events.inbox TO producer;
+GRANT INSERT, SELECT ON ordered_events.inbox TO producer;   -- SELECT for INSERT ... RETURNING
 GRANT EXECUTE ON FUNCTION ordered_events.create_consumer(text, integer, regprocedure, text, text, interval, text, integer, interval, text),
                           ordered_events.subscribe(text, text, interval, text),
                           ordered_events.unsubscribe(text, text),
                           ordered_events.drop_consumer(text),
                           ordered_events.read(text, integer, integer, interval),
-                          ordered_events.peek(text, integer, integer) TO consumer;
+                          ordered_events.peek(text, integer, integer),
+                          ordered_events.seek(text, text, text, timestamptz),
+                          ordered_events.reset_consumer(text),
+                          ordered_events.join(text, text, interval),
+                          ordered_events.leave(text, text),
+                          ordered_events.receive(text, integer, integer, interval, interval),
+                          ordered_events.ack(text, bigint[]),
+                          ordered_events.nack(text, bigint[], interval) TO consumer;
+GRANT SELECT ON ordered_events.consumers, ordered_events.members, ordered_events.leases TO consumer;
 GRANT pg_monitor TO monitor;
 -- handlers: the role whose handler runs, one that calls process(), one that reads the output
 GRANT EXECUTE ON FUNCTION ordered_events.create_consumer(text, integer, regprocedure, text, text, interval, text, integer, interval, text),
@@ -143,7 +151,8 @@ SELECT stream, owner, privileges FROM ordered_events.streams ORDER BY stream;
 SET ROLE producer;
 SELECT ordered_events.ingest('orders', 1, 'o1', '{"status": "new"}');
 INSERT INTO ordered_events.inbox (stream, seq, key, payload)
-VALUES ('orders', 2, 'o2', '{"status": "new"}'), ('orders', 0, 'o0', NULL);
+VALUES ('orders', 2, 'o2', '{"status": "new"}'), ('orders', 0, 'o0', NULL)
+RETURNING stream, seq, key;
 COPY ordered_events.inbox (stream, seq, key, payload) FROM stdin;
 orders	3	o1	{"status": "paid"}
 \.
@@ -164,6 +173,21 @@ SELECT ordered_events.subscribe('billing', 'order_states');
 SELECT stream, seq, key, payload FROM ordered_events.read('billing', 2);
 SELECT stream, seq, key FROM ordered_events.peek('billing');
 SELECT ordered_events.ingest('orders', 4, 'o2');
+-- docs/troubleshooting.md, "A consumer reads nothing", as the consumer
+SELECT count(*) FROM (SELECT * FROM ordered_events.consumers WHERE consumer = 'billing') c;
+-- a group of readers, a replay, a lease consumer: each as the consumer
+SELECT ordered_events.join('billing', 'w1');
+SELECT consumer, member, partitions FROM ordered_events.members;
+SELECT ordered_events.leave('billing', 'w1');
+SELECT ordered_events.seek('billing', 'orders');
+SELECT stream, seq, key FROM ordered_events.read('billing', 10, wait => '1 s');
+SELECT ordered_events.reset_consumer('billing');
+SELECT ordered_events.create_consumer('mailer', delivery => 'lease');
+SELECT ordered_events.subscribe('mailer', 'orders');
+SELECT ordered_events.ack('mailer', array_agg(receipt)) FROM ordered_events.receive('mailer', 1);
+SELECT ordered_events.nack('mailer', array_agg(receipt)) FROM ordered_events.receive('mailer', 1);
+SELECT consumer, stream, seq, attempt FROM ordered_events.leases;
+SELECT ordered_events.drop_consumer('mailer');
 RESET ROLE;
 
 -- the shopkeeper's handler reads orders and appends to order_states
