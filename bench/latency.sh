@@ -13,12 +13,7 @@
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
-out=$(cd "$(dirname "$0")" && pwd)/out
-mkdir -p "$out"
-# build next to the old binary and rename: a concurrent run keeps its copy
-gcc -O2 -Wall -o "$out/latency_client.$$" "$(dirname "$0")/latency_client.c" \
-    -I"$(pg_config --includedir)" -lpq -lm
-mv -f "$out/latency_client.$$" "$out/latency_client"
+build_latency_client
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 

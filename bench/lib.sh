@@ -9,6 +9,16 @@ time_sql() {
     psql_bench -c '\timing on' -c "$1" | sed -n 's/^Time: \([0-9.]*\) ms.*/\1/p' | tail -1
 }
 
+# build_latency_client: bench/latency_client.c into $out (bench/out), built
+# next to the old binary and renamed, so that a concurrent run keeps its copy
+build_latency_client() {
+    out=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/out
+    mkdir -p "$out"
+    gcc -O2 -Wall -o "$out/latency_client.$$" "$(dirname "${BASH_SOURCE[0]}")/latency_client.c" \
+        -I"$(pg_config --includedir)" -lpq -lm
+    mv -f "$out/latency_client.$$" "$out/latency_client"
+}
+
 # median and spread (min..max) of the numbers on stdin
 median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 spread() { sort -g | awk 'NR==1{min=$1} {max=$1} END {printf "%s..%s", min, max}'; }

@@ -29,12 +29,7 @@ set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
 here=$(cd "$(dirname "$0")" && pwd)
-out=$here/out
-mkdir -p "$out"
-# build next to the old binary and rename: a concurrent run keeps its copy
-gcc -O2 -Wall -o "$out/latency_client.$$" "$here/latency_client.c" \
-    -I"$(pg_config --includedir)" -lpq -lm
-mv -f "$out/latency_client.$$" "$out/latency_client"
+build_latency_client
 
 if [ "${BENCH_MODE:-quick}" = full ]; then
     PGQ_DEFAULT_TRIALS=20; PGQ_FAST_TRIALS=500; OURS_TRIALS=1000
