@@ -28,7 +28,6 @@
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
-here=$(cd "$(dirname "$0")" && pwd)
 build_latency_client
 
 if [ "${BENCH_MODE:-quick}" = full ]; then
