@@ -273,7 +273,7 @@ CREATE ROLE regress_grp_member IN ROLE regress_grp_owner;
 CREATE ROLE regress_grp_other IN ROLE regress_grp_api;
 CREATE ROLE regress_grp_monitor IN ROLE pg_monitor;
 GRANT USAGE ON SCHEMA ordered_events TO regress_grp_api;
-GRANT EXECUTE ON FUNCTION ordered_events.create_consumer(text, integer, regprocedure, text, text, interval, text, integer, interval),
+GRANT EXECUTE ON FUNCTION ordered_events.create_consumer(text, integer, regprocedure, text, text, interval, text, integer, interval, text),
                           ordered_events.join(text, text, interval),
                           ordered_events.leave(text, text)
    TO regress_grp_api;
@@ -356,7 +356,7 @@ SELECT ordered_events.drop_consumer('grp_h');
 SELECT count(*) AS members_left FROM ordered_events.group_member;
 DROP FUNCTION public.grp_handler(jsonb, ordered_events.event);
 REVOKE ALL ON ordered_events.members FROM regress_grp_api;
-REVOKE ALL ON FUNCTION ordered_events.create_consumer(text, integer, regprocedure, text, text, interval, text, integer, interval),
+REVOKE ALL ON FUNCTION ordered_events.create_consumer(text, integer, regprocedure, text, text, interval, text, integer, interval, text),
                        ordered_events.join(text, text, interval),
                        ordered_events.leave(text, text)
   FROM regress_grp_api;

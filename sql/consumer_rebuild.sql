@@ -343,7 +343,7 @@ CREATE ROLE regress_rb_other IN ROLE regress_rb_api;
 RESET client_min_messages;
 GRANT USAGE ON SCHEMA ordered_events, rb TO regress_rb_api;
 GRANT EXECUTE ON FUNCTION
-    ordered_events.create_consumer(text, integer, regprocedure, text, text, interval, text, integer, interval),
+    ordered_events.create_consumer(text, integer, regprocedure, text, text, interval, text, integer, interval, text),
     ordered_events.subscribe(text, text, interval, text),
     ordered_events.process(text, integer, integer),
     ordered_events.reset_consumer(text)
@@ -392,7 +392,7 @@ SELECT ordered_events.drop_stream(s) FROM unnest(ARRAY['rb_g', 'rb_p', 'rb_o', '
 DROP SCHEMA rb CASCADE;
 REVOKE USAGE ON SCHEMA ordered_events FROM regress_rb_api;
 REVOKE EXECUTE ON FUNCTION
-    ordered_events.create_consumer(text, integer, regprocedure, text, text, interval, text, integer, interval),
+    ordered_events.create_consumer(text, integer, regprocedure, text, text, interval, text, integer, interval, text),
     ordered_events.subscribe(text, text, interval, text),
     ordered_events.process(text, integer, integer),
     ordered_events.reset_consumer(text)

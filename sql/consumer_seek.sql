@@ -291,7 +291,7 @@ CREATE ROLE regress_seek_other IN ROLE regress_seek_api;
 RESET client_min_messages;
 GRANT USAGE ON SCHEMA ordered_events TO regress_seek_api, regress_seek_noinherit;
 GRANT EXECUTE ON FUNCTION
-    ordered_events.create_consumer(text, integer, regprocedure, text, text, interval, text, integer, interval),
+    ordered_events.create_consumer(text, integer, regprocedure, text, text, interval, text, integer, interval, text),
     ordered_events.subscribe(text, text, interval, text),
     ordered_events.read(text, integer, integer, interval),
     ordered_events.seek(text, text, text, timestamptz)
@@ -355,7 +355,7 @@ SELECT ordered_events.drop_consumer(c) FROM unnest(ARRAY['sk_c', 'sk_rc', 'sk_rh
 SELECT ordered_events.drop_stream(s) FROM unnest(ARRAY['sk_g', 'sk_p', 'sk_r', 'sk_other']) s;
 REVOKE USAGE ON SCHEMA ordered_events FROM regress_seek_api, regress_seek_noinherit;
 REVOKE EXECUTE ON FUNCTION
-    ordered_events.create_consumer(text, integer, regprocedure, text, text, interval, text, integer, interval),
+    ordered_events.create_consumer(text, integer, regprocedure, text, text, interval, text, integer, interval, text),
     ordered_events.subscribe(text, text, interval, text),
     ordered_events.read(text, integer, integer, interval),
     ordered_events.seek(text, text, text, timestamptz)

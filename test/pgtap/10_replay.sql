@@ -107,7 +107,7 @@ CREATE ROLE tap_rp_member IN ROLE tap_rp_owner;
 CREATE ROLE tap_rp_other IN ROLE tap_rp_api;
 GRANT USAGE ON SCHEMA ordered_events TO tap_rp_api;
 GRANT EXECUTE ON FUNCTION
-    ordered_events.create_consumer(text, integer, regprocedure, text, text, interval, text, integer, interval),
+    ordered_events.create_consumer(text, integer, regprocedure, text, text, interval, text, integer, interval, text),
     ordered_events.subscribe(text, text, interval, text),
     ordered_events.seek(text, text, text, timestamptz),
     ordered_events.reset_consumer(text)
