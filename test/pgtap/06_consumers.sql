@@ -31,16 +31,17 @@ INSERT INTO contract_function VALUES
     'void'),
 (4, 'unsubscribe', '{text,text}', 'void', 'volatile',
     'consumer text, stream text', 'void'),
-(5, 'read', '{text,integer,integer}', 'setof record', 'volatile',
-    'consumer text, max_events integer DEFAULT 1000, partition integer DEFAULT 0',
+(5, 'read', '{text,integer,integer,interval}', 'setof record', 'volatile',
+    'consumer text, max_events integer DEFAULT 1000, partition integer DEFAULT 0, '
+    'wait interval DEFAULT ''00:00:00''::interval',
     'TABLE(stream text, seq bigint, key text, payload jsonb, '
     'event_ts timestamp with time zone, alignment_ts timestamp with time zone, '
-    'stabilized_ts timestamp with time zone)'),
+    'stabilized_ts timestamp with time zone, released_at timestamp with time zone)'),
 (6, 'peek', '{text,integer,integer}', 'setof record', 'volatile',
     'consumer text, max_events integer DEFAULT 1000, partition integer DEFAULT 0',
     'TABLE(stream text, seq bigint, key text, payload jsonb, '
     'event_ts timestamp with time zone, alignment_ts timestamp with time zone, '
-    'stabilized_ts timestamp with time zone)'),
+    'stabilized_ts timestamp with time zone, released_at timestamp with time zone)'),
 (7, 'key_partition', '{text,integer}', 'integer', 'immutable',
     'key text, partitions integer', 'integer');
 
@@ -265,7 +266,7 @@ SELECT function_privs_are('ordered_events', f.name, f.args, 'public', f.privs,
                (2, 'drop_consumer', '{text}', '{}'),
                (3, 'subscribe', '{text,text,interval,text}', '{}'),
                (4, 'unsubscribe', '{text,text}', '{}'),
-               (5, 'read', '{text,integer,integer}', '{}'),
+               (5, 'read', '{text,integer,integer,interval}', '{}'),
                (6, 'peek', '{text,integer,integer}', '{}'),
                (7, 'count_released', '{integer,integer}', '{}'),
                (8, 'forget_unused_totals', '{integer}', '{}'),
