@@ -285,6 +285,18 @@ BEGIN
         new_gap_seen := NULL;
     END IF;
 
+    -- the shards' answers to the runs noted (before the release, which
+    -- notes its own errors): an error's end at once, an answer of a step
+    -- that moves the range (note_shard() writes it at most once a
+    -- second); an idle step notes nothing
+    IF g.all_at_once THEN
+        PERFORM ordered_events_router.note_shard(i, NULL)
+           FROM generate_series(0, ordered_events_router.shard_count() - 1) i
+          WHERE new_end > s.range_end
+             OR NOT EXISTS (SELECT FROM ordered_events_router.shard x
+                             WHERE x.shard = i AND x.last_error IS NULL
+                               AND x.last_ok_at IS NOT NULL);
+    END IF;
     IF EXISTS (SELECT FROM ordered_events_router.shard_stream x
                 WHERE x.stream = s.stream AND x.released_through < new_end) THEN
         released_ts := ordered_events_router.release_shards(s, new_end);
@@ -299,16 +311,6 @@ BEGIN
                updated_at = CASE WHEN new_end > s.range_end THEN pg_catalog.clock_timestamp()
                                  ELSE r.updated_at END
          WHERE r.stream = s.stream;
-    END IF;
-    -- answers noted: an error's end at once, an answer of a step that moved
-    -- (note_shard() writes that at most once a second); an idle step none
-    IF g.all_at_once THEN
-        PERFORM ordered_events_router.note_shard(i, NULL)
-           FROM generate_series(0, ordered_events_router.shard_count() - 1) i
-          WHERE new_end > s.range_end
-             OR NOT EXISTS (SELECT FROM ordered_events_router.shard x
-                             WHERE x.shard = i AND x.last_error IS NULL
-                               AND x.last_ok_at IS NOT NULL);
     END IF;
     RETURN least(new_end::numeric - s.range_end, 9223372036854775807);
 END;

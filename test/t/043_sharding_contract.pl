@@ -30,6 +30,8 @@
 #   combine() in an open transaction, holding every shard's row too) does
 #   not stop combine_all() for the other streams, by hand and in the
 #   router's worker, which records no error.
+# - A combine step with nothing new writes nothing: no transaction id on
+#   the router, no release step on a shard.
 
 use strict;
 use warnings;
@@ -474,6 +476,25 @@ $operator->quit;
 ok( $router->poll_query_until('postgres', q{
 	SELECT range_end FROM ordered_events_router.ranges WHERE stream = 'lag'}, 1000002),
 	'locked: the operator done, the worker combines lag too');
+
+#
+# 7. A combine step with nothing new writes nothing (issue 25, speed): no
+#    transaction id on the router, no release step on any shard.
+#
+ok( $router->poll_query_until('postgres', q{
+	SELECT ordered_events_router.combine_all() = 0 AND txid_current_if_assigned() IS NULL}),
+	'idle: combine_all() with nothing new assigns no transaction id');
+my $shard_steps = q{SELECT count(*) FROM ordered_events.lane_release_log l
+                     JOIN ordered_events.stream_def d USING (stream_id) WHERE d.sharded};
+my @steps = map { $_->safe_psql('postgres', $shard_steps) } @shards;
+is( router_sql(q{SELECT ordered_events_router.combine('lag') || '/'
+                        || (txid_current_if_assigned() IS NULL)}),
+	'0/true', 'idle: combine() of lag moves nothing and assigns no transaction id');
+is( router_sql(q{SELECT ordered_events_router.combine('retry') || '/'
+                        || (txid_current_if_assigned() IS NULL)}),
+	'0/true', 'idle: nor of retry');
+is(join(',', map { $_->safe_psql('postgres', $shard_steps) } @shards), join(',', @steps),
+	'idle: no shard ran a release step');
 
 $producer->quit;
 $_->stop for $router, @shards;
