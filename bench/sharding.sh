@@ -436,7 +436,7 @@ col() {   # FILE K TAG: that column's values
 minus() { paste <(echo "$1") <(echo "$2") | awk '{printf "%.3f\n", $1 - $2}'; }
 idle=$(for k in 100 1000 10000; do col "$tmp/13b_router.txt" $k idle; done)
 info "13b combine step, nothing new (idle)" "$(median <<<"$idle")" ms \
-    "spread $(spread <<<"$idle"), n $(wc -l <<<"$idle"); $SHARDS on_shard_runs calls, nothing to release"
+    "spread $(spread <<<"$idle"), n $(wc -l <<<"$idle"); one on_shards_runs call (RUN ON ALL), nothing to release, no transaction id"
 for k in 100 1000 10000; do
     c=$(col "$tmp/13b_router.txt" "$k" combine)
     s=$(col "$tmp/13b_single.txt" "$k" release)
