@@ -108,6 +108,8 @@ RETURNS int8multirange
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    d ordered_events.stream_def;
 BEGIN
     IF stream IS NULL OR from_seq IS NULL OR max_events IS NULL THEN
         RAISE EXCEPTION 'stream, from_seq and max_events must not be null'
@@ -118,9 +120,15 @@ BEGIN
         PERFORM ordered_events.invalid_option('max_events', max_events::text,
             'Use a positive number: the most events to look at.');
     END IF;
+    d := ordered_events.stream_or_error(stream);
+    IF NOT d.sharded THEN
+        RAISE EXCEPTION 'stream "%" is not sharded', stream
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Only a sharded stream is combined by a router.';
+    END IF;
     RETURN (SELECT coalesce(pg_catalog.range_agg(int8range(e.seq, e.seq + 1)), '{}')
               FROM (SELECT e.seq FROM ordered_events.event_store e
-                     WHERE e.stream_id = ordered_events.stream_id(shard_run_set.stream)
+                     WHERE e.stream_id = d.stream_id
                        AND e.lane = '' AND e.seq >= shard_run_set.from_seq
                      ORDER BY e.seq
                      LIMIT shard_run_set.max_events) e);
@@ -140,14 +148,22 @@ RETURNS timestamptz
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    d ordered_events.stream_def;
 BEGIN
     IF stream IS NULL OR from_seq IS NULL OR through_seq IS NULL THEN
         RAISE EXCEPTION 'stream, from_seq and through_seq must not be null'
             USING ERRCODE = 'null_value_not_allowed',
                   HINT = 'The router passes the seqs it releases: from the shard''s released_through to the new end.';
     END IF;
+    d := ordered_events.stream_or_error(stream);
+    IF NOT d.sharded THEN
+        RAISE EXCEPTION 'stream "%" is not sharded', stream
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Only a sharded stream is combined by a router.';
+    END IF;
     RETURN (SELECT pg_catalog.max(e.event_ts) FROM ordered_events.event_store e
-             WHERE e.stream_id = ordered_events.stream_id(shard_max_event_ts.stream)
+             WHERE e.stream_id = d.stream_id
                AND e.lane = '' AND e.seq >= shard_max_event_ts.from_seq
                AND e.seq < shard_max_event_ts.through_seq);
 END;
