@@ -28,38 +28,130 @@ END;
 $$;
 
 /*
- * Every shard's runs of a global stream above its range (their union, each
- * run's start and largest event_ts), with the runs the router skipped,
- * which count as arrived; answered is false if a shard did not answer: a
- * seq that shard may hold is missing.
+ * The combine step calls every shard at once (RUN ON ALL), and each shard
+ * ships its seqs as one multirange (issue 25, speed; docs/sharding.md,
+ * "The combine step"); a step with nothing new writes nothing.
+ * on_shard_runs() returns a multirange now.
+ */
+DROP FUNCTION ordered_events_router.on_shard_runs(integer, text, bigint, integer);
+CREATE FUNCTION ordered_events_router.on_shard_runs(
+    shard integer, stream text, from_seq bigint, max_events integer)
+RETURNS text
+LANGUAGE plproxy
+AS $$
+    CLUSTER 'ordered_events_shards';
+    RUN ON shard;
+    SELECT ordered_events.shard_run_set($2, $3, $4)::text;
+$$;
+
+/*
+ * The calls of a combine step on every shard at once (RUN ON ALL: PL/Proxy
+ * sends the query to every partition, then waits for them all), one row a
+ * shard; an error if any shard fails, and the step then asks each shard in
+ * turn to learn which.  A shard's seqs come as the text of one
+ * int8multirange (PL/Proxy passes no multirange type): one value a shard,
+ * cast on the router.
+ */
+CREATE FUNCTION ordered_events_router.on_shards_runs(
+    stream text, from_seq bigint, max_events integer)
+RETURNS SETOF text
+LANGUAGE plproxy
+AS $$
+    CLUSTER 'ordered_events_shards';
+    RUN ON ALL;
+    SELECT ordered_events.shard_run_set($1, $2, $3)::text;
+$$;
+
+CREATE FUNCTION ordered_events_router.on_shards_skip(
+    stream text, gap_start bigint, gap_end bigint, reason text)
+RETURNS SETOF integer
+LANGUAGE plproxy
+AS $$
+    CLUSTER 'ordered_events_shards';
+    RUN ON ALL;
+    SELECT 1 FROM ordered_events.shard_skip($1, $2, $3, $4);
+$$;
+
+-- The events' largest event_ts is read in the statement's snapshot: the
+-- events below through_seq were committed before it.
+CREATE FUNCTION ordered_events_router.on_shards_release_through(
+    stream text, from_seq bigint, through_seq bigint,
+    OUT released bigint, OUT max_event_ts timestamptz)
+RETURNS SETOF record
+LANGUAGE plproxy
+AS $$
+    CLUSTER 'ordered_events_shards';
+    RUN ON ALL;
+    SELECT ordered_events.release_through($1, $3) AS released,
+           ordered_events.shard_max_event_ts($1, $2, $3) AS max_event_ts;
+$$;
+
+CREATE FUNCTION ordered_events_router.on_shard_max_event_ts(
+    shard integer, stream text, from_seq bigint, through_seq bigint)
+RETURNS timestamptz
+LANGUAGE plproxy
+AS $$
+    CLUSTER 'ordered_events_shards';
+    RUN ON shard;
+    SELECT ordered_events.shard_max_event_ts($2, $3, $4);
+$$;
+
+/*
+ * The end of the contiguous range from range_end on in the union of runs
+ * (int8ranges, upper bound exclusive): the first seq from range_end on
+ * that no run holds.  The union is a multirange, so combining the shards'
+ * runs in any grouping and any order gives the same end.
+ */
+CREATE OR REPLACE FUNCTION ordered_events_router.contiguous_end(runs int8multirange, range_end bigint)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT lower(int8multirange(int8range(contiguous_end.range_end, NULL)) - contiguous_end.runs)
+$$;
+COMMENT ON FUNCTION ordered_events_router.contiguous_end(int8multirange, bigint) IS
+    'Where the contiguous range starting at range_end ends in a union of runs of seqs';
+
+/*
+ * Every shard's seqs of a global stream above its range (their union),
+ * with the runs the router skipped, which count as arrived; answered is
+ * false if a shard did not answer: a seq that shard may hold is missing.
+ * The shards are asked at once (on_shards_runs(), RUN ON ALL); if that
+ * fails, each in turn, to note which shard failed and use the others.
+ * all_at_once says the first way worked.
  */
 CREATE FUNCTION ordered_events_router.gather_runs(
     s ordered_events_router.stream,
-    OUT runs int8multirange, OUT run_starts bigint[], OUT run_ts timestamptz[],
-    OUT answered boolean)
+    OUT runs int8multirange, OUT answered boolean, OUT all_at_once boolean)
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    held int8multirange;
 BEGIN
-    runs := '{}';
-    run_starts := '{}';
-    run_ts := '{}';
     answered := true;
-    FOR i IN 0 .. ordered_events_router.shard_count() - 1 LOOP
-        BEGIN
-            SELECT runs + coalesce(pg_catalog.range_agg(int8range(r.run_start, r.run_end + 1)),
-                                   '{}'),
-                   run_starts || coalesce(pg_catalog.array_agg(r.run_start), '{}'),
-                   run_ts || coalesce(pg_catalog.array_agg(r.max_event_ts), '{}')
-              INTO runs, run_starts, run_ts
-              FROM ordered_events_router.on_shard_runs(i, s.stream, s.range_end,
-                                                       s.max_release_batch) r;
-            PERFORM ordered_events_router.note_shard(i, NULL);
-        EXCEPTION WHEN OTHERS THEN
-            PERFORM ordered_events_router.note_shard(i, SQLERRM);
-            answered := false;
-        END;
-    END LOOP;
+    all_at_once := true;
+    BEGIN
+        runs := coalesce((SELECT pg_catalog.range_agg(r::int8multirange)
+                            FROM ordered_events_router.on_shards_runs(
+                                     s.stream, s.range_end, s.max_release_batch) r), '{}');
+    EXCEPTION WHEN OTHERS THEN
+        all_at_once := false;
+    END;
+    IF NOT all_at_once THEN
+        runs := '{}';
+        FOR i IN 0 .. ordered_events_router.shard_count() - 1 LOOP
+            BEGIN
+                held := ordered_events_router.on_shard_runs(i, s.stream, s.range_end,
+                                                            s.max_release_batch)::int8multirange;
+                runs := runs + held;
+                PERFORM ordered_events_router.note_shard(i, NULL);
+            EXCEPTION WHEN OTHERS THEN
+                PERFORM ordered_events_router.note_shard(i, SQLERRM);
+                answered := false;
+            END;
+        END LOOP;
+    END IF;
     runs := runs + coalesce((SELECT pg_catalog.range_agg(int8range(k.gap_start, k.gap_end + 1))
                                FROM ordered_events_router.skip k
                               WHERE k.stream = s.stream AND k.gap_end >= s.range_end), '{}');
@@ -68,19 +160,43 @@ $$;
 
 /*
  * Release every shard behind a global stream's range through new_end: the
- * skips it lacks first.  A shard that does not answer is noted, and
- * released when it answers again.
+ * skips it lacks first.  When every shard stands at the range's old end,
+ * all at once (RUN ON ALL); otherwise, or if that fails, each in turn: a
+ * shard that does not answer is noted, and released when it answers again
+ * (release_through() and shard_skip() may be repeated).  Returns the
+ * largest event_ts the shards released.
  */
 CREATE FUNCTION ordered_events_router.release_shards(s ordered_events_router.stream,
                                                      new_end bigint)
-RETURNS void
+RETURNS timestamptz
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     sk ordered_events_router.skip;
     st ordered_events_router.shard_stream;
+    max_ts timestamptz;
 BEGIN
+    IF new_end > s.range_end
+       AND NOT EXISTS (SELECT FROM ordered_events_router.shard_stream x
+                        WHERE x.stream = s.stream AND x.released_through <> s.range_end) THEN
+        BEGIN
+            FOR sk IN SELECT * FROM ordered_events_router.skip k
+                       WHERE k.stream = s.stream AND k.gap_end >= s.range_end
+                         AND k.gap_start < new_end LOOP
+                PERFORM FROM ordered_events_router.on_shards_skip(s.stream, sk.gap_start,
+                                                                  sk.gap_end, sk.reason);
+            END LOOP;
+            SELECT pg_catalog.max(r.max_event_ts) INTO max_ts
+              FROM ordered_events_router.on_shards_release_through(s.stream, s.range_end,
+                                                                   new_end) r;
+            UPDATE ordered_events_router.shard_stream x SET released_through = new_end
+             WHERE x.stream = s.stream AND x.released_through < new_end;
+            RETURN max_ts;
+        EXCEPTION WHEN OTHERS THEN
+            NULL;                       -- each shard in turn, below
+        END;
+    END IF;
     FOR st IN SELECT * FROM ordered_events_router.shard_stream x
                WHERE x.stream = s.stream AND x.released_through < new_end
                ORDER BY x.shard LOOP
@@ -93,6 +209,8 @@ BEGIN
             END LOOP;
             PERFORM ordered_events_router.on_shard_release_through(st.shard, s.stream,
                                                                    new_end);
+            max_ts := greatest(max_ts, ordered_events_router.on_shard_max_event_ts(
+                                           st.shard, s.stream, st.released_through, new_end));
             UPDATE ordered_events_router.shard_stream x SET released_through = new_end
              WHERE x.shard = st.shard AND x.stream = s.stream;
             PERFORM ordered_events_router.note_shard(st.shard, NULL);
@@ -100,6 +218,7 @@ BEGIN
             PERFORM ordered_events_router.note_shard(st.shard, SQLERRM);
         END;
     END LOOP;
+    RETURN max_ts;
 END;
 $$;
 
@@ -112,6 +231,11 @@ $$;
  * after gap_timeout with every shard answering), and the shard is
  * released through the range when it answers again.  Returns how far the
  * range moved (in seqs).
+ *
+ * Steps of one stream take turns (an advisory lock; combine_all() leaves a
+ * stream another session is combining).  A step with nothing new writes
+ * nothing, here or on a shard: it reads, and the stream's row is locked
+ * and updated only when something changed.
  */
 CREATE OR REPLACE FUNCTION ordered_events_router.combine(stream text)
 RETURNS bigint
@@ -122,54 +246,133 @@ DECLARE
     s ordered_events_router.stream;
     g record;
     runs int8multirange;
+    released_ts timestamptz;
     max_ts timestamptz;
     new_end bigint;
     next_start bigint;
+    new_gap_start bigint;
+    new_gap_seen timestamptz;
 BEGIN
-    s := ordered_events_router.global_stream_or_error(stream, true);
+    s := ordered_events_router.global_stream_or_error(stream, false);
+    PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('ordered_events_router.combine'),
+                                             pg_catalog.hashtext(s.stream));
+    s := ordered_events_router.global_stream_or_error(stream, false);     -- as it is now
     SELECT * INTO g FROM ordered_events_router.gather_runs(s);
     runs := g.runs;
     new_end := ordered_events_router.contiguous_end(runs, s.range_end);
 
     -- the gap at the end of the range: seen since when, skipped once timed out
-    next_start := (SELECT min(lower(r)) FROM unnest(runs) r WHERE lower(r) > new_end);
+    new_gap_start := s.gap_start;
+    new_gap_seen := s.gap_first_seen;
+    next_start := lower(runs * int8multirange(int8range(new_end, NULL)));
     IF next_start IS NULL THEN
-        s.gap_start := NULL;
-        s.gap_first_seen := NULL;
+        new_gap_start := NULL;
+        new_gap_seen := NULL;
     ELSIF NOT g.answered THEN           -- a silent shard may hold it: no clock
-        s.gap_start := new_end;
-        s.gap_first_seen := NULL;
-    ELSIF s.gap_start IS DISTINCT FROM new_end OR s.gap_first_seen IS NULL THEN
-        s.gap_start := new_end;
-        s.gap_first_seen := pg_catalog.clock_timestamp();
+        new_gap_start := new_end;
+        new_gap_seen := NULL;
+    ELSIF new_gap_start IS DISTINCT FROM new_end OR new_gap_seen IS NULL THEN
+        new_gap_start := new_end;
+        new_gap_seen := pg_catalog.clock_timestamp();
     ELSIF s.gap_policy = 'timeout'
-          AND s.gap_first_seen + s.gap_timeout <= pg_catalog.clock_timestamp() THEN
+          AND new_gap_seen + s.gap_timeout <= pg_catalog.clock_timestamp() THEN
         INSERT INTO ordered_events_router.skip (stream, gap_start, gap_end, reason)
         VALUES (s.stream, new_end, next_start - 1,
                 pg_catalog.format('gap_timeout %s expired', s.gap_timeout));
         runs := runs + int8multirange(int8range(new_end, next_start));
         new_end := ordered_events_router.contiguous_end(runs, s.range_end);
-        s.gap_start := NULL;
-        s.gap_first_seen := NULL;
+        new_gap_start := NULL;
+        new_gap_seen := NULL;
     END IF;
-    -- a run that starts inside the new range lies in it whole
-    max_ts := (SELECT greatest(s.max_event_ts, pg_catalog.max(u.ts))
-                 FROM unnest(g.run_starts, g.run_ts) u(start, ts) WHERE u.start < new_end);
-    UPDATE ordered_events_router.stream r
-       SET range_end = new_end, max_event_ts = max_ts, gap_start = s.gap_start,
-           gap_first_seen = s.gap_first_seen,
-           updated_at = CASE WHEN new_end > s.range_end THEN pg_catalog.clock_timestamp()
-                             ELSE r.updated_at END
-     WHERE r.stream = s.stream
-       AND (r.range_end, r.max_event_ts, r.gap_start, r.gap_first_seen)
-           IS DISTINCT FROM (new_end, max_ts, s.gap_start, s.gap_first_seen);
 
-    PERFORM ordered_events_router.release_shards(s, new_end);
+    -- the shards' answers to the runs noted (before the release, which
+    -- notes its own errors): an error's end at once, an answer of a step
+    -- that moves the range (note_shard() writes it at most once a
+    -- second); an idle step notes nothing
+    IF g.all_at_once THEN
+        PERFORM ordered_events_router.note_shard(i, NULL)
+           FROM generate_series(0, ordered_events_router.shard_count() - 1) i
+          WHERE new_end > s.range_end
+             OR NOT EXISTS (SELECT FROM ordered_events_router.shard x
+                             WHERE x.shard = i AND x.last_error IS NULL
+                               AND x.last_ok_at IS NOT NULL);
+    END IF;
+    IF EXISTS (SELECT FROM ordered_events_router.shard_stream x
+                WHERE x.stream = s.stream AND x.released_through < new_end) THEN
+        released_ts := ordered_events_router.release_shards(s, new_end);
+    END IF;
+    max_ts := greatest(s.max_event_ts, released_ts);
+    IF (s.range_end, s.max_event_ts, s.gap_start, s.gap_first_seen)
+       IS DISTINCT FROM (new_end, max_ts, new_gap_start, new_gap_seen) THEN
+        PERFORM FROM ordered_events_router.stream r WHERE r.stream = s.stream FOR UPDATE;
+        UPDATE ordered_events_router.stream r
+           SET range_end = new_end, max_event_ts = max_ts,
+               gap_start = new_gap_start, gap_first_seen = new_gap_seen,
+               updated_at = CASE WHEN new_end > s.range_end THEN pg_catalog.clock_timestamp()
+                                 ELSE r.updated_at END
+         WHERE r.stream = s.stream;
+    END IF;
     RETURN least(new_end::numeric - s.range_end, 9223372036854775807);
 END;
 $$;
 
+COMMENT ON FUNCTION ordered_events_router.combine(text) IS
+    'One combine step of a global stream: unite the shards'' runs, advance the range, release every shard through it';
+
+/*
+ * skip_gap() on the global range: every seq from range_end through
+ * through_seq that no shard holds is declared lost (recorded here, sent to
+ * every shard by the next combine step, which it runs).  Every shard must
+ * answer, or nothing is skipped.  Returns the number of seqs skipped.
+ */
+CREATE OR REPLACE FUNCTION ordered_events_router.skip_gap(stream text, through_seq bigint, reason text)
+RETURNS numeric
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    s ordered_events_router.stream;
+    held int8multirange := '{}';
+    holes int8multirange;
+    skipped numeric;
+BEGIN
+    IF through_seq IS NULL OR reason IS NULL THEN
+        RAISE EXCEPTION 'through_seq and reason must not be null'
+            USING ERRCODE = 'null_value_not_allowed',
+                  HINT = 'Name the last seq to declare lost and why.';
+    END IF;
+    s := ordered_events_router.global_stream_or_error(stream, false);
+    -- combine()'s turn first, then the row: the order combine() takes them
+    PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('ordered_events_router.combine'),
+                                             pg_catalog.hashtext(s.stream));
+    s := ordered_events_router.global_stream_or_error(stream, true);
+    IF through_seq < s.range_end THEN
+        RETURN 0;
+    END IF;
+    -- what the shards hold in the window (an error if one does not answer)
+    FOR i IN 0 .. ordered_events_router.shard_count() - 1 LOOP
+        held := held + ordered_events_router.on_shard_runs(
+                           i, s.stream, s.range_end,
+                           least(through_seq::numeric - s.range_end + 1, 2147483647)::integer
+                       )::int8multirange;
+    END LOOP;
+    held := held + coalesce((SELECT pg_catalog.range_agg(int8range(k.gap_start, k.gap_end + 1))
+                               FROM ordered_events_router.skip k
+                              WHERE k.stream = s.stream AND k.gap_end >= s.range_end), '{}');
+    holes := int8multirange(int8range(s.range_end, through_seq, '[]')) - held;
+    INSERT INTO ordered_events_router.skip (stream, gap_start, gap_end, reason)
+    SELECT s.stream, lower(h), upper(h) - 1, skip_gap.reason FROM unnest(holes) h;
+    skipped := (SELECT coalesce(sum(upper(h)::numeric - lower(h)), 0) FROM unnest(holes) h);
+    PERFORM ordered_events_router.combine(s.stream);
+    RETURN skipped;
+END;
+$$;
 REVOKE EXECUTE ON FUNCTION
+    ordered_events_router.on_shard_runs(integer, text, bigint, integer),
+    ordered_events_router.on_shards_runs(text, bigint, integer),
+    ordered_events_router.on_shards_skip(text, bigint, bigint, text),
+    ordered_events_router.on_shards_release_through(text, bigint, bigint),
+    ordered_events_router.on_shard_max_event_ts(integer, text, bigint, bigint),
     ordered_events_router.gather_runs(ordered_events_router.stream),
     ordered_events_router.release_shards(ordered_events_router.stream, bigint)
 FROM PUBLIC;
@@ -285,7 +488,7 @@ $$;
 
 /*
  * A combine step for every global stream; the worker calls it every cycle.
- * A stream whose row another session holds (an operator's combine(), which
+ * A stream another session is combining (an operator's combine(), which
  * may wait for a slow shard) is left to that session this time: the others
  * go on.
  */
@@ -300,8 +503,10 @@ DECLARE
 BEGIN
     FOR name IN SELECT s.stream FROM ordered_events_router.stream s
                  WHERE s.sequencing = 'global'
-                 ORDER BY s.stream
-                   FOR UPDATE SKIP LOCKED LOOP
+                 ORDER BY s.stream LOOP
+        CONTINUE WHEN NOT pg_catalog.pg_try_advisory_xact_lock(
+                              pg_catalog.hashtext('ordered_events_router.combine'),
+                              pg_catalog.hashtext(name));
         moved := moved + ordered_events_router.combine(name);
     END LOOP;
     RETURN least(moved, 9223372036854775807)::bigint;

@@ -6,11 +6,12 @@
  *	  release steps.
  *
  * A sharded stream holds the events of the keys that hash to this shard;
- * its seqs are spread over every shard.  The router asks each shard for
- * the runs of seqs it holds (shard_runs(), src/sql/shard.sql), combines
- * them into the global contiguous range, and tells each shard to release
- * its events below the range's end: release_through() here.  A seq this
- * shard does not hold is on another one, not a gap.
+ * its seqs are spread over every shard.  The router asks every shard at
+ * once for the seqs it holds (shard_run_set(), src/sql/shard.sql: one
+ * multirange), combines them into the global contiguous range, and tells
+ * each shard to release its events below the range's end:
+ * release_through() here.  A seq this shard does not hold is on another
+ * one, not a gap.
  *
  * release_through() is a step of the engine (step.c): it holds the
  * stream's release lock, logs its run for consumers, counts what it

@@ -97,3 +97,77 @@ LANGUAGE c IMMUTABLE PARALLEL SAFE
 AS 'MODULE_PATHNAME', 'oe_check_event_batch';
 COMMENT ON FUNCTION ordered_events.check_event_batch(text, bigint[], text[], jsonb[]) IS
     'Fail unless every event of a batch passes ingest()''s checks of its arguments: arrays of one length, no NULL seq or key, no key over the limit';
+/*
+ * The seqs a shard holds from from_seq on, among its first max_events
+ * committed events there, as one int8multirange built here: what the
+ * router's combine step unites (one value a shard, whatever the number of
+ * runs).
+ */
+CREATE FUNCTION ordered_events.shard_run_set(stream text, from_seq bigint, max_events integer)
+RETURNS int8multirange
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    d ordered_events.stream_def;
+BEGIN
+    IF stream IS NULL OR from_seq IS NULL OR max_events IS NULL THEN
+        RAISE EXCEPTION 'stream, from_seq and max_events must not be null'
+            USING ERRCODE = 'null_value_not_allowed',
+                  HINT = 'The router passes its stream, the global range_end and max_release_batch.';
+    END IF;
+    IF max_events < 1 THEN
+        PERFORM ordered_events.invalid_option('max_events', max_events::text,
+            'Use a positive number: the most events to look at.');
+    END IF;
+    d := ordered_events.stream_or_error(stream);
+    IF NOT d.sharded THEN
+        RAISE EXCEPTION 'stream "%" is not sharded', stream
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Only a sharded stream is combined by a router.';
+    END IF;
+    RETURN (SELECT coalesce(pg_catalog.range_agg(int8range(e.seq, e.seq + 1)), '{}')
+              FROM (SELECT e.seq FROM ordered_events.event_store e
+                     WHERE e.stream_id = d.stream_id
+                       AND e.lane = '' AND e.seq >= shard_run_set.from_seq
+                     ORDER BY e.seq
+                     LIMIT shard_run_set.max_events) e);
+END;
+$$;
+COMMENT ON FUNCTION ordered_events.shard_run_set(text, bigint, integer) IS
+    'The seqs a shard holds of a sharded stream from from_seq on, among its first max_events events, as one multirange';
+REVOKE EXECUTE ON FUNCTION ordered_events.shard_run_set(text, bigint, integer) FROM PUBLIC;
+/*
+ * The largest event_ts of a shard's events with seqs from from_seq up to
+ * through_seq (exclusive): the router asks it with release_through() of
+ * the same seqs, for the global stream's max_event_ts.  It reads only.
+ */
+CREATE FUNCTION ordered_events.shard_max_event_ts(stream text, from_seq bigint,
+                                                  through_seq bigint)
+RETURNS timestamptz
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    d ordered_events.stream_def;
+BEGIN
+    IF stream IS NULL OR from_seq IS NULL OR through_seq IS NULL THEN
+        RAISE EXCEPTION 'stream, from_seq and through_seq must not be null'
+            USING ERRCODE = 'null_value_not_allowed',
+                  HINT = 'The router passes the seqs it releases: from the shard''s released_through to the new end.';
+    END IF;
+    d := ordered_events.stream_or_error(stream);
+    IF NOT d.sharded THEN
+        RAISE EXCEPTION 'stream "%" is not sharded', stream
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Only a sharded stream is combined by a router.';
+    END IF;
+    RETURN (SELECT pg_catalog.max(e.event_ts) FROM ordered_events.event_store e
+             WHERE e.stream_id = d.stream_id
+               AND e.lane = '' AND e.seq >= shard_max_event_ts.from_seq
+               AND e.seq < shard_max_event_ts.through_seq);
+END;
+$$;
+COMMENT ON FUNCTION ordered_events.shard_max_event_ts(text, bigint, bigint) IS
+    'The largest event_ts of a shard''s events of a sharded stream from from_seq up to through_seq (exclusive)';
+REVOKE EXECUTE ON FUNCTION ordered_events.shard_max_event_ts(text, bigint, bigint) FROM PUBLIC;

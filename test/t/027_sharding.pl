@@ -705,7 +705,7 @@ is(router_status('last_error'), '', 'hook: no error so far');
 my $log_offset = -s $router->logfile;
 my $holder = $router->background_psql('postgres');
 $holder->query_safe('BEGIN');
-$holder->query_safe(q{LOCK TABLE ordered_events_router.stream IN EXCLUSIVE MODE});
+$holder->query_safe(q{LOCK TABLE ordered_events_router.stream IN ACCESS EXCLUSIVE MODE});
 ok( $router->poll_query_until('postgres', q{
 	SELECT last_error LIKE 'ordered_events_router.combine_all(): %lock timeout%'
 	  FROM ordered_events.worker_status WHERE database = 'postgres' AND kind = 'release'}),

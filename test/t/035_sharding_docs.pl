@@ -106,6 +106,8 @@ GRANT EXECUTE ON FUNCTION
     ordered_events.ingest(text, bigint, text, jsonb, timestamptz, timestamptz, boolean),
     ordered_events.ingest_array(text, bigint[], text[], jsonb[]),
     ordered_events.shard_runs(text, bigint, integer),
+    ordered_events.shard_run_set(text, bigint, integer),
+    ordered_events.shard_max_event_ts(text, bigint, bigint),
     ordered_events.release_through(text, bigint),
     ordered_events.shard_skip(text, bigint, bigint, text)
   TO oe_router;

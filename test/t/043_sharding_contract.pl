@@ -30,6 +30,10 @@
 #   combine() in an open transaction, holding every shard's row too) does
 #   not stop combine_all() for the other streams, by hand and in the
 #   router's worker, which records no error.
+# - A combine step with nothing new writes nothing: no transaction id on
+#   the router, no release step on a shard.  The shard side of the step
+#   (shard_run_set(), shard_max_event_ts()): its errors, and who may call
+#   it.
 
 use strict;
 use warnings;
@@ -53,6 +57,8 @@ my $shard_grants = q{
 	    ordered_events.ingest(text, bigint, text, jsonb, timestamptz, timestamptz, boolean),
 	    ordered_events.ingest_array(text, bigint[], text[], jsonb[]),
 	    ordered_events.shard_runs(text, bigint, integer),
+	    ordered_events.shard_run_set(text, bigint, integer),
+	    ordered_events.shard_max_event_ts(text, bigint, bigint),
 	    ordered_events.release_through(text, bigint),
 	    ordered_events.shard_skip(text, bigint, bigint, text)
 	  TO oe_router;
@@ -472,6 +478,52 @@ $operator->quit;
 ok( $router->poll_query_until('postgres', q{
 	SELECT range_end FROM ordered_events_router.ranges WHERE stream = 'lag'}, 1000002),
 	'locked: the operator done, the worker combines lag too');
+
+#
+# 7. A combine step with nothing new writes nothing (issue 25, speed): no
+#    transaction id on the router, no release step on any shard.
+#
+ok( $router->poll_query_until('postgres', q{
+	SELECT ordered_events_router.combine_all() = 0 AND txid_current_if_assigned() IS NULL}),
+	'idle: combine_all() with nothing new assigns no transaction id');
+my $shard_steps = q{SELECT count(*) FROM ordered_events.lane_release_log l
+                     JOIN ordered_events.stream_def d USING (stream_id) WHERE d.sharded};
+my @steps = map { $_->safe_psql('postgres', $shard_steps) } @shards;
+is( router_sql(q{SELECT ordered_events_router.combine('lag') || '/'
+                        || (txid_current_if_assigned() IS NULL)}),
+	'0/true', 'idle: combine() of lag moves nothing and assigns no transaction id');
+is( router_sql(q{SELECT ordered_events_router.combine('retry') || '/'
+                        || (txid_current_if_assigned() IS NULL)}),
+	'0/true', 'idle: nor of retry');
+is(join(',', map { $_->safe_psql('postgres', $shard_steps) } @shards), join(',', @steps),
+	'idle: no shard ran a release step');
+
+# The shard side of the step: its errors, and who may call it.
+$shards[0]->safe_psql('postgres', q{
+	SELECT ordered_events.create_stream('plain');
+	CREATE ROLE nobody_25;
+	GRANT USAGE ON SCHEMA ordered_events TO nobody_25;
+});
+is(error_of($shards[0], q{SELECT ordered_events.shard_run_set('lag', NULL, 10)}),
+	'22004: stream, from_seq and max_events must not be null', 'shard: shard_run_set() of NULL');
+is(error_of($shards[0], q{SELECT ordered_events.shard_run_set('lag', 1, 0)}),
+	'22023: invalid value for max_events: 0', 'shard: shard_run_set() of no events');
+is(error_of($shards[0], q{SELECT ordered_events.shard_run_set('plain', 1, 10)}),
+	'55000: stream "plain" is not sharded', 'shard: shard_run_set() of a stream not sharded');
+like(error_of($shards[0], q{SELECT ordered_events.shard_run_set('nosuch', 1, 10)}),
+	qr/^42704: /, 'shard: shard_run_set() of no stream');
+is(error_of($shards[0], q{SELECT ordered_events.shard_max_event_ts('lag', 1, NULL)}),
+	'22004: stream, from_seq and through_seq must not be null', 'shard: shard_max_event_ts() of NULL');
+is(error_of($shards[0], q{SELECT ordered_events.shard_max_event_ts('plain', 1, 10)}),
+	'55000: stream "plain" is not sharded', 'shard: shard_max_event_ts() of a stream not sharded');
+is(error_of($shards[0], q{SELECT ordered_events.shard_run_set('lag', 1, 10)}, 'nobody_25'),
+	'42501: permission denied for function shard_run_set', 'shard: another role may not call shard_run_set()');
+is(error_of($shards[0], q{SELECT ordered_events.shard_max_event_ts('lag', 1, 10)}, 'nobody_25'),
+	'42501: permission denied for function shard_max_event_ts', 'shard: nor shard_max_event_ts()');
+is($shards[0]->safe_psql('postgres', q{SET ROLE oe_router;
+	SELECT ordered_events.shard_run_set('lag', 1, 3) IS NOT NULL,
+	       ordered_events.shard_max_event_ts('lag', 1, 1) IS NULL}),
+	't|t', 'shard: the router\'s role calls both (nothing below 1: NULL)');
 
 $producer->quit;
 $_->stop for $router, @shards;
