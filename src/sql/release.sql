@@ -69,6 +69,29 @@ CREATE TABLE ordered_events.backlog_islands (
 COMMENT ON TABLE ordered_events.backlog_islands IS
     'Internal: runs of consecutive backlog_blocks, per lane';
 SELECT pg_catalog.pg_extension_config_dump('ordered_events.backlog_islands', '');
+/*
+ * The keys of a global lane's stored blocks (src/backlog_keys.c): per key,
+ * runs of consecutive stored blocks that each hold an event of the key,
+ * with the count, first and last seq of its events in them, so that
+ * key_status counts them without reading them.
+ */
+CREATE TABLE ordered_events.backlog_keys (
+    stream_id integer NOT NULL
+        REFERENCES ordered_events.stream_def ON DELETE CASCADE,
+    key text COLLATE "C" NOT NULL,
+    first_block bigint NOT NULL,
+    last_block bigint NOT NULL,
+    pending_count bigint NOT NULL,
+    first_seq bigint NOT NULL,
+    last_seq bigint NOT NULL,
+    PRIMARY KEY (stream_id, key, first_block)
+);
+-- the rows a step that moves the range passes
+CREATE INDEX backlog_keys_first_block_idx
+    ON ordered_events.backlog_keys (stream_id, first_block);
+COMMENT ON TABLE ordered_events.backlog_keys IS
+    'Internal: the keys of the backlog_blocks of global lanes, per run of blocks';
+SELECT pg_catalog.pg_extension_config_dump('ordered_events.backlog_keys', '');
 
 /*
  * The release log: one row per release step of a lane, numbered in the

@@ -1,0 +1,489 @@
+/*-------------------------------------------------------------------------
+ *
+ * backlog_keys.c
+ *	  The keys of a global lane's backlog summary: per key, its events in
+ *	  the lane's stored blocks (backlog.c), so that key_status counts a
+ *	  global stream's backlog from a few rows per key, not from its events.
+ *
+ * A row of backlog_keys is a run of consecutive stored blocks of the
+ * stream's lane each of which holds an event of the key, with the count,
+ * first and last seq of the key's events in them; every event of a stored
+ * block is in exactly one row, that of its key.  A key found in every block
+ * (keys interleaved as a stream's usually are) has one row; a key rarer
+ * than one event a block has a row per event at worst: never more rows
+ * than events.  A per-key lane is one key: lane_backlog() counts it, and
+ * it has no rows here.
+ *
+ * Storing: the step that stores blocks (oe_backlog_update()) shows this
+ * file each event it looks at (oe_keys_note()) and whether its block was
+ * stored (oe_keys_end_block()); each key's run of new blocks joins the
+ * key's row that ends at the block before it, or is a row of its own
+ * (oe_keys_store(): one statement a step).
+ *
+ * Passing: a step that moves the range through stored blocks (the gap
+ * filled; releasing in batches) forgets the blocks below the first block
+ * wholly beyond the new range (the kept block), and here their events: the
+ * walk counts by key each event it releases from an island
+ * (oe_keys_released()), and oe_keys_pass() reads the events of the last
+ * forgotten block that it did not release (the range stopped inside:
+ * at most 1023).  Rows wholly below the kept block go; the one row of a
+ * key that reaches into it starts again there, with the key's count less
+ * what was forgotten, and as its first seq the key's first in the kept
+ * block, read from it (at most 1024 events): each block of a run holds an
+ * event of the key.  So first_seq stays exact, and such a step reads at
+ * most two blocks more than it releases, whatever the keys.
+ *
+ * Readers (key_status) take the rows and the lane's events outside its
+ * islands, with the snapshot they read the islands and the range with: a
+ * step writes all of them in one transaction, and a snapshot that does not
+ * see the summary sees neither rows nor islands, and reads every event.
+ *
+ * Concurrency as backlog.c: written by release steps under the stream's
+ * release lock; read with any snapshot, without a lock.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "ordered_events.h"
+
+#include "catalog/pg_type.h"
+#include "common/hashfn.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/hsearch.h"
+
+enum
+{
+	PLAN_STORE_KEYS,
+	PLAN_PASS_KEYS,
+	PLAN_FORGET_KEYS
+};
+
+static OePlan plans[] = {
+	/* each new run ($2..$7) joins the key's row that ends just before it */
+	[PLAN_STORE_KEYS] = {
+		"WITH n AS ("
+		"  SELECT * FROM ROWS FROM (pg_catalog.unnest($2::text[]), "
+		"    pg_catalog.unnest($3::bigint[]), pg_catalog.unnest($4::bigint[]), "
+		"    pg_catalog.unnest($5::bigint[]), pg_catalog.unnest($6::bigint[]), "
+		"    pg_catalog.unnest($7::bigint[])) "
+		"    AS n(key, first_block, last_block, pending_count, first_seq, last_seq)), "
+		"joined AS ("
+		"  UPDATE ordered_events.backlog_keys k SET last_block = n.last_block, "
+		"    pending_count = k.pending_count + n.pending_count, last_seq = n.last_seq "
+		"  FROM n WHERE k.stream_id = $1 AND k.key = n.key AND k.last_block = n.first_block - 1 "
+		"  RETURNING n.key, n.first_block) "
+		"INSERT INTO ordered_events.backlog_keys "
+		"(stream_id, key, first_block, last_block, pending_count, first_seq, last_seq) "
+		"SELECT $1, n.key, n.first_block, n.last_block, n.pending_count, n.first_seq, n.last_seq "
+		"FROM n WHERE NOT EXISTS ("
+		"  SELECT FROM joined j WHERE j.key = n.key AND j.first_block = n.first_block)",
+		7, {INT4OID, TEXTARRAYOID, INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID,
+		INT8ARRAYOID}
+	},
+
+	/*
+	 * The rows below block $2 go; a key's row that reaches into it starts
+	 * again there, its count less the key's events forgotten ($3, $4), its
+	 * first seq the key's first in block $2 ($5, $6).
+	 */
+	[PLAN_PASS_KEYS] = {
+		"WITH gone AS ("
+		"  DELETE FROM ordered_events.backlog_keys WHERE stream_id = $1 AND first_block < $2 "
+		"  RETURNING key, last_block, pending_count, last_seq), "
+		"kept AS ("
+		"  SELECT g.key, pg_catalog.max(g.last_block) AS last_block, "
+		"    pg_catalog.sum(g.pending_count)::bigint AS pending_count, "
+		"    pg_catalog.max(g.last_seq) AS last_seq "
+		"  FROM gone g GROUP BY g.key HAVING pg_catalog.max(g.last_block) >= $2) "
+		"INSERT INTO ordered_events.backlog_keys "
+		"(stream_id, key, first_block, last_block, pending_count, first_seq, last_seq) "
+		"SELECT $1, k.key, $2, k.last_block, k.pending_count - coalesce(p.n, 0), f.seq, k.last_seq "
+		"FROM kept k "
+		"LEFT JOIN ROWS FROM (pg_catalog.unnest($3::text[]), pg_catalog.unnest($4::bigint[])) "
+		"  AS p(key, n) ON p.key = k.key "
+		"LEFT JOIN ROWS FROM (pg_catalog.unnest($5::text[]), pg_catalog.unnest($6::bigint[])) "
+		"  AS f(key, seq) ON f.key = k.key",
+		6, {INT4OID, INT8OID, TEXTARRAYOID, INT8ARRAYOID, TEXTARRAYOID, INT8ARRAYOID}
+	},
+	[PLAN_FORGET_KEYS] = {
+		"DELETE FROM ordered_events.backlog_keys WHERE stream_id = $1",
+		1, {INT4OID}
+	},
+};
+
+/* Hash tables by key: the entry's first field is the key, a pointer. */
+static uint32
+key_hash(const void *key, Size keysize)
+{
+	const text *t = *(text *const *) key;
+
+	return hash_bytes((const unsigned char *) VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t));
+}
+
+static int
+key_match(const void *key1, const void *key2, Size keysize)
+{
+	const text *a = *(text *const *) key1;
+	const text *b = *(text *const *) key2;
+
+	if (VARSIZE_ANY_EXHDR(a) != VARSIZE_ANY_EXHDR(b))
+		return 1;
+	return memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a));
+}
+
+static HTAB *
+key_table(const char *name, Size entrysize)
+{
+	HASHCTL		ctl;
+
+	memset(&ctl, 0, sizeof(ctl));
+	ctl.keysize = sizeof(text *);
+	ctl.entrysize = entrysize;
+	ctl.hash = key_hash;
+	ctl.match = key_match;
+	ctl.hcxt = CurrentMemoryContext;
+	return hash_create(name, 1024, &ctl, HASH_ELEM | HASH_FUNCTION | HASH_COMPARE | HASH_CONTEXT);
+}
+
+/*
+ * The entry of the key of the event in the slot; *found is false for a new
+ * one, whose fields but the key the caller sets.
+ */
+static void *
+key_entry(HTAB *table, TupleTableSlot *slot, bool *found)
+{
+	bool		isnull;
+	text	   *key = DatumGetTextPP(slot_getattr(slot, Anum_oe_event_key, &isnull));
+	text	  **entry = hash_search(table, &key, HASH_ENTER, found);
+
+	/* the slot's copy goes with the next event: keep one of our own */
+	if (!*found)
+		*entry = cstring_to_text_with_len(VARDATA_ANY(key), VARSIZE_ANY_EXHDR(key));
+	return entry;
+}
+
+/* A key of the blocks a step stores. */
+typedef struct RunKey
+{
+	text	   *key;			/* hash key (a pointer, see key_hash) */
+	int64		count;			/* its events in the block looked at, */
+	int64		first;			/* ... the first one's seq */
+	int64		last;			/* ... and the last one's */
+	bool		in_run;			/* this step's run of stored blocks, open: */
+	int64		run_first_block;
+	int64		run_last_block;
+	int64		run_count;
+	int64		run_first;
+	int64		run_last;
+} RunKey;
+
+#define RUN_COLUMNS 6			/* key, first_block, last_block, count, first, last */
+
+struct OeKeyRuns
+{
+	HTAB	   *keys;			/* RunKeys */
+	RunKey	  **touched;		/* the keys of the block looked at */
+	int			ntouched;
+	int			room;
+	ArrayBuildState *columns[RUN_COLUMNS];	/* the runs closed */
+};
+
+/*
+ * Begin to collect the keys of the blocks a step stores in the lane; NULL
+ * for a per-key lane (one key: lane_backlog() counts it).
+ */
+OeKeyRuns *
+oe_keys_begin(const OeLane *lane)
+{
+	OeKeyRuns  *runs;
+
+	if (lane->stream->per_key)
+		return NULL;
+	runs = palloc0(sizeof(OeKeyRuns));
+	runs->keys = key_table("ordered_events backlog keys", sizeof(RunKey));
+	runs->room = 1024;
+	runs->touched = palloc(sizeof(RunKey *) * runs->room);
+	return runs;
+}
+
+/* The event in the slot, at seq, is in the block the step looks at. */
+void
+oe_keys_note(OeKeyRuns *runs, TupleTableSlot *slot, int64 seq)
+{
+	RunKey	   *k;
+	bool		found;
+
+	if (runs == NULL)
+		return;
+	k = key_entry(runs->keys, slot, &found);
+	if (!found)
+	{
+		k->count = 0;
+		k->in_run = false;
+	}
+	if (k->count == 0)
+	{
+		if (runs->ntouched == runs->room)
+		{
+			runs->room *= 2;
+			runs->touched = repalloc(runs->touched, sizeof(RunKey *) * runs->room);
+		}
+		runs->touched[runs->ntouched++] = k;
+		k->first = seq;
+	}
+	k->count++;
+	k->last = seq;
+}
+
+static void
+close_run(OeKeyRuns *runs, RunKey *k)
+{
+	Datum		values[RUN_COLUMNS] = {
+		PointerGetDatum(k->key), Int64GetDatum(k->run_first_block),
+		Int64GetDatum(k->run_last_block), Int64GetDatum(k->run_count),
+		Int64GetDatum(k->run_first), Int64GetDatum(k->run_last)
+	};
+
+	for (int i = 0; i < RUN_COLUMNS; i++)
+		runs->columns[i] = accumArrayResult(runs->columns[i], values[i], false,
+											i == 0 ? TEXTOID : INT8OID, CurrentMemoryContext);
+	k->in_run = false;
+}
+
+/*
+ * The block looked at ends: if the step stores it, each of its keys' runs
+ * goes on with it when the key's run ended at the block before, or a new
+ * one starts.
+ */
+void
+oe_keys_end_block(OeKeyRuns *runs, int64 block, bool stored)
+{
+	if (runs == NULL)
+		return;
+	for (int i = 0; i < runs->ntouched; i++)
+	{
+		RunKey	   *k = runs->touched[i];
+
+		if (stored && k->in_run && k->run_last_block == block - 1)
+		{
+			k->run_last_block = block;
+			k->run_count += k->count;
+			k->run_last = k->last;
+		}
+		else if (stored)
+		{
+			if (k->in_run)
+				close_run(runs, k);
+			k->in_run = true;
+			k->run_first_block = k->run_last_block = block;
+			k->run_count = k->count;
+			k->run_first = k->first;
+			k->run_last = k->last;
+		}
+		k->count = 0;
+	}
+	runs->ntouched = 0;
+}
+
+/* Store the keys' runs of the blocks the step stored. */
+void
+oe_keys_store(const OeLane *lane, OeKeyRuns *runs)
+{
+	HASH_SEQ_STATUS status;
+	RunKey	   *k;
+	Datum		values[RUN_COLUMNS + 1];
+
+	if (runs == NULL)
+		return;
+	hash_seq_init(&status, runs->keys);
+	while ((k = hash_seq_search(&status)) != NULL)
+	{
+		if (k->in_run)
+			close_run(runs, k);
+	}
+	if (runs->columns[0] == NULL)
+		return;
+	values[0] = Int32GetDatum(lane->stream->stream_id);
+	for (int i = 0; i < RUN_COLUMNS; i++)
+		values[i + 1] = makeArrayResult(runs->columns[i], CurrentMemoryContext);
+	oe_run_plan(&plans[PLAN_STORE_KEYS], values, NULL, SPI_OK_INSERT);
+}
+
+/* A key of the events a step forgets. */
+typedef struct PassedKey
+{
+	text	   *key;			/* hash key (a pointer, see key_hash) */
+	int64		passed;			/* its events in the blocks forgotten */
+	bool		in_kept;		/* it has an event in the kept block, */
+	int64		kept_first;		/* ... at this seq first */
+} PassedKey;
+
+struct OeKeysPassed
+{
+	HTAB	   *keys;			/* PassedKeys */
+	ListCell   *island;			/* the first island not wholly before the walk */
+};
+
+static PassedKey *
+passed_entry(OeKeysPassed *passed, TupleTableSlot *slot)
+{
+	bool		found;
+	PassedKey  *k = key_entry(passed->keys, slot, &found);
+
+	if (!found)
+	{
+		k->passed = 0;
+		k->in_kept = false;
+	}
+	return k;
+}
+
+/* The lane's record of what its step forgets, begun at first use. */
+static OeKeysPassed *
+lane_passed(OeLane *lane)
+{
+	if (lane->passed_keys == NULL)
+	{
+		OeKeysPassed *passed = palloc0(sizeof(OeKeysPassed));
+
+		passed->keys = key_table("ordered_events passed keys", sizeof(PassedKey));
+		passed->island = list_head(lane->islands);
+		lane->passed_keys = passed;
+	}
+	return lane->passed_keys;
+}
+
+/*
+ * The walk releases the event in the slot, at seq (lane.c; in seq order):
+ * one of the summary's if it is in an island of a global lane.
+ */
+void
+oe_keys_released(OeLane *lane, TupleTableSlot *slot, int64 seq)
+{
+	OeKeysPassed *passed;
+	const OeIsland *island;
+
+	if (lane->islands == NIL || lane->stream->per_key)
+		return;
+	passed = lane_passed(lane);
+	while (passed->island != NULL && ((OeIsland *) lfirst(passed->island))->last < seq)
+		passed->island = lnext(lane->islands, passed->island);
+	if (passed->island == NULL)
+		return;
+	island = lfirst(passed->island);
+	if (seq >= island->first)
+		passed_entry(passed, slot)->passed++;
+}
+
+/* True if seq is in an island of the lane (as loaded by the step). */
+static bool
+in_island(const OeLane *lane, int64 seq)
+{
+	ListCell   *lc;
+
+	foreach(lc, lane->islands)
+	{
+		const OeIsland *island = lfirst(lc);
+
+		if (seq < island->first)
+			return false;
+		if (seq <= island->last)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * Show each event of the lane from..to (inclusive, from <= to) to the
+ * record: counted as forgotten, or as the first of its key in the kept
+ * block.
+ */
+static void
+scan_events(OeLane *lane, Snapshot snapshot, int64 from, int64 to, bool kept)
+{
+	OeKeysPassed *passed = lane_passed(lane);
+	OeLaneScan	ls;
+	int64		first;
+	int64		last;
+	const OeIsland *island;
+
+	oe_lane_scan_begin(&ls, lane, snapshot, from, false);
+	while (oe_lane_scan_next(&ls, &first, &last, &island) && first <= to)
+	{
+		PassedKey  *k = passed_entry(passed, ls.slot);
+
+		if (!kept)
+			k->passed++;
+		else if (!k->in_kept)
+		{
+			k->in_kept = true;
+			k->kept_first = first;
+		}
+	}
+	oe_lane_scan_end(&ls);
+}
+
+/* The record's keys, and with "kept" their first seqs in the kept block. */
+static void
+passed_arrays(OeKeysPassed *passed, bool kept, Datum *keys, Datum *seqs)
+{
+	HASH_SEQ_STATUS status;
+	PassedKey  *k;
+	ArrayBuildState *key_state = initArrayResult(TEXTOID, CurrentMemoryContext, false);
+	ArrayBuildState *seq_state = initArrayResult(INT8OID, CurrentMemoryContext, false);
+
+	hash_seq_init(&status, passed->keys);
+	while ((k = hash_seq_search(&status)) != NULL)
+	{
+		if (kept ? !k->in_kept : k->passed == 0)
+			continue;
+		key_state = accumArrayResult(key_state, PointerGetDatum(k->key), false, TEXTOID,
+									 CurrentMemoryContext);
+		seq_state = accumArrayResult(seq_state, Int64GetDatum(kept ? k->kept_first : k->passed),
+									 false, INT8OID, CurrentMemoryContext);
+	}
+	*keys = makeArrayResult(key_state, CurrentMemoryContext);
+	*seqs = makeArrayResult(seq_state, CurrentMemoryContext);
+}
+
+/*
+ * The step moved the lane's range (to range_end) and forgets its blocks
+ * below "kept_block": forget their events from the keys' rows.  Its
+ * events tail_last and below were in blocks forgotten; kept_first ..
+ * kept_last are the seqs of the kept block (none if kept_first >
+ * kept_last: no block is beyond the range).
+ */
+void
+oe_keys_pass(OeLane *lane, Snapshot snapshot, int64 kept_block, int64 tail_last,
+			 int64 kept_first, int64 kept_last)
+{
+	OeKeysPassed *passed;
+	Datum		values[6];
+
+	/* no island below the kept block: no row either */
+	if (lane->islands == NIL || lane->stream->per_key ||
+		((OeIsland *) linitial(lane->islands))->first > tail_last)
+		return;
+	passed = lane_passed(lane);
+	if (lane->range_end <= tail_last && in_island(lane, lane->range_end))
+		scan_events(lane, snapshot, lane->range_end, tail_last, false);
+	if (kept_first <= kept_last && in_island(lane, kept_first))
+		scan_events(lane, snapshot, kept_first, kept_last, true);
+
+	values[0] = Int32GetDatum(lane->stream->stream_id);
+	values[1] = Int64GetDatum(kept_block);
+	passed_arrays(passed, false, &values[2], &values[3]);
+	passed_arrays(passed, true, &values[4], &values[5]);
+	oe_run_plan(&plans[PLAN_PASS_KEYS], values, NULL, SPI_OK_INSERT);
+}
+
+/* Forget the keys' rows of a global lane: its blocks are forgotten. */
+void
+oe_keys_forget(const OeLane *lane)
+{
+	Datum		id = Int32GetDatum(lane->stream->stream_id);
+
+	if (lane->stream->per_key)
+		return;
+	oe_run_plan(&plans[PLAN_FORGET_KEYS], &id, NULL, SPI_OK_DELETE);
+}
