@@ -2465,14 +2465,34 @@ CREATE TABLE ordered_events.backlog_keys (
     pending_count bigint NOT NULL,
     first_seq bigint NOT NULL,
     last_seq bigint NOT NULL,
-    PRIMARY KEY (stream_id, key, first_block)
+    -- a run grows at its end as blocks are stored
+    PRIMARY KEY (stream_id, key, last_block)
 );
--- the rows a step that moves the range passes
-CREATE INDEX backlog_keys_first_block_idx
-    ON ordered_events.backlog_keys (stream_id, first_block);
+-- the rows below the range a step moved
+CREATE INDEX backlog_keys_last_block_idx ON ordered_events.backlog_keys (stream_id, last_block);
 COMMENT ON TABLE ordered_events.backlog_keys IS
     'Internal: the keys of the backlog_blocks of global lanes, per run of blocks';
 SELECT pg_catalog.pg_extension_config_dump('ordered_events.backlog_keys', '');
+/*
+ * What the range of a global lane passed of the keys' rows that reach into
+ * kept_block, the first block wholly beyond it: of each key, the row's
+ * events below kept_block and the key's first seq in it.
+ */
+CREATE TABLE ordered_events.backlog_keys_passed (
+    stream_id integer PRIMARY KEY
+        REFERENCES ordered_events.stream_def ON DELETE CASCADE,
+    kept_block bigint NOT NULL,
+    keys text[] COLLATE "C" NOT NULL,
+    passed bigint[] NOT NULL,
+    first_seqs bigint[] NOT NULL
+);
+-- rewritten by each step that moves the range: not worth compressing
+ALTER TABLE ordered_events.backlog_keys_passed
+    ALTER COLUMN keys SET STORAGE EXTERNAL, ALTER COLUMN passed SET STORAGE EXTERNAL,
+    ALTER COLUMN first_seqs SET STORAGE EXTERNAL;
+COMMENT ON TABLE ordered_events.backlog_keys_passed IS
+    'Internal: what a global lane''s range passed of its backlog_keys rows';
+SELECT pg_catalog.pg_extension_config_dump('ordered_events.backlog_keys_passed', '');
 /*
  * key_status: a global stream's pending events from the keys of its
  * backlog's summary and the events outside its islands, no longer one by
@@ -2527,8 +2547,23 @@ SELECT x.stream, x.key,
         SELECT d.stream, k.key, 0, NULL, v.buffered, v.seq, 0, 0, false
           FROM ordered_events.stream_def d
           JOIN ordered_events.backlog_keys k ON k.stream_id = d.stream_id
-         CROSS JOIN LATERAL (VALUES (k.pending_count, k.first_seq),
+          LEFT JOIN ordered_events.backlog_keys_passed r ON r.stream_id = d.stream_id
+         CROSS JOIN LATERAL (VALUES (k.pending_count,
+                                     CASE WHEN r.kept_block IS NULL OR k.first_block >= r.kept_block
+                                          THEN k.first_seq END),
                                     (0, k.last_seq)) v(buffered, seq)
+         WHERE d.sequencing = 'global'
+        UNION ALL
+        -- ... less what the range passed of the rows that reach into its
+        -- first whole block (their earliest seq there) ...
+        SELECT d.stream, r.key, 0, NULL, -r.passed, r.first_seq, 0, 0, false
+          FROM ordered_events.stream_def d
+         CROSS JOIN LATERAL (
+                SELECT u.key, u.passed, u.first_seq
+                  FROM ordered_events.backlog_keys_passed r
+                 CROSS JOIN LATERAL ROWS FROM (pg_catalog.unnest(r.keys), pg_catalog.unnest(r.passed),
+                                               pg_catalog.unnest(r.first_seqs)) u(key, passed, first_seq)
+                 WHERE r.stream_id = d.stream_id) r
          WHERE d.sequencing = 'global'
         UNION ALL
         -- ... the others one by one, an index range before each island of

@@ -78,7 +78,8 @@ LANGUAGE sql AS $$
     UNION ALL
     -- the keys' rows, against the pending events of each key and block
     -- (the seqs here are positive): each row the count, first and last seq
-    -- of its key's events in its run of blocks ...
+    -- of its key's events in its run of blocks (a run from below the range:
+    -- from the first block wholly beyond it) ...
     (WITH kb AS (
          SELECT e.key, e.seq / 1024 AS block, count(*) AS n, min(e.seq) AS lo, max(e.seq) AS hi
            FROM ordered_events.event_store e
@@ -87,12 +88,29 @@ LANGUAGE sql AS $$
            JOIN ordered_events.progress p ON p.stream_id = e.stream_id AND p.lane = e.lane
           WHERE e.seq >= p.range_end
           GROUP BY e.key, e.seq / 1024),
+     -- a row that reaches below the first block wholly beyond the range
+     -- counts from there, as backlog_keys_passed says
+     r AS (
+         SELECT r.kept_block, u.*
+           FROM ordered_events.backlog_keys_passed r
+           JOIN ordered_events.stream_def d ON d.stream_id = r.stream_id AND d.stream = s
+          CROSS JOIN LATERAL ROWS FROM (unnest(r.keys), unnest(r.passed), unnest(r.first_seqs))
+                AS u(key, passed, first_seq)),
      k AS (
-         SELECT k.* FROM ordered_events.backlog_keys k
-           JOIN ordered_events.stream_def d ON d.stream_id = k.stream_id AND d.stream = s),
+         SELECT k.key, greatest(k.first_block, r.kept_block) AS first_block, k.last_block,
+                k.pending_count - coalesce(r.passed, 0) AS pending_count,
+                coalesce(r.first_seq, k.first_seq) AS first_seq, k.last_seq,
+                k.first_block AS stored_first_block
+           FROM ordered_events.backlog_keys k
+           JOIN ordered_events.stream_def d ON d.stream_id = k.stream_id AND d.stream = s
+           LEFT JOIN r ON r.key = k.key AND r.kept_block > k.first_block),
      b AS (
          SELECT b.block FROM ordered_events.backlog_blocks b
-           JOIN ordered_events.stream_def d ON d.stream_id = b.stream_id AND d.stream = s)
+           JOIN ordered_events.stream_def d ON d.stream_id = b.stream_id AND d.stream = s),
+     kept AS (
+         SELECT (p.range_end + 1023) / 1024 AS block FROM ordered_events.progress p
+           JOIN ordered_events.stream_def d
+             ON d.stream_id = p.stream_id AND d.stream = s AND p.lane = '')
      (SELECT 'keys', row(k.key, k.first_block, k.last_block, k.pending_count, k.first_seq,
                          k.last_seq)::text, NULL
         FROM k
@@ -107,6 +125,18 @@ LANGUAGE sql AS $$
        FROM k CROSS JOIN LATERAL generate_series(k.first_block, k.last_block) r(block)
       WHERE r.block NOT IN (SELECT b.block FROM b)
          OR NOT EXISTS (SELECT FROM kb WHERE kb.key = k.key AND kb.block = r.block)
+     UNION ALL
+     -- ... each row from below the first block wholly beyond the range
+     -- reaches into it and is in backlog_keys_passed, and nothing else is ...
+     SELECT 'keys passed', row(k.key, k.stored_first_block, k.last_block)::text, NULL
+       FROM k CROSS JOIN kept
+      WHERE k.stored_first_block < kept.block
+        AND (k.first_block = k.stored_first_block OR k.last_block < kept.block)
+     UNION ALL
+     SELECT 'keys passed', r.key, r.kept_block::text
+       FROM r CROSS JOIN kept
+      WHERE r.kept_block <> kept.block
+         OR (SELECT count(*) FROM k WHERE k.key = r.key AND k.stored_first_block < k.first_block) <> 1
      UNION ALL
      -- ... and every event of a stored block is in one row of its key
      SELECT 'keys cover', row(kb.key, kb.block)::text, count(k.key)::text

@@ -96,8 +96,9 @@ RESET enable_sort;
 -- its backlog's summary and an index range of the lane before each island
 -- of stored blocks and after the last (src/backlog_keys.c), never the range
 -- from range_end to the end; with a key, its rows by the primary key.
--- Each scan of event_store, its index and condition (the aliases left out),
--- and whether backlog_keys is read by key.
+-- Each scan of event_store, its index and condition (the aliases left out;
+-- those of late events in skipped runs in short), and whether backlog_keys
+-- is read by key.
 CREATE FUNCTION pg_temp.key_shape(q text) RETURNS SETOF text LANGUAGE plpgsql AS $$
 DECLARE plan jsonb;
 BEGIN
@@ -114,6 +115,8 @@ BEGIN
           FROM n WHERE node ->> 'Relation Name' IN ('event_store', 'backlog_keys'))
     SELECT CASE WHEN rel = 'backlog_keys'
                 THEN 'backlog_keys' || CASE WHEN cond LIKE '%key = %' THEN ' by key' ELSE '' END
+                WHEN cond LIKE '%gap_start%' OR cond LIKE '%(seq < range_end)%'
+                THEN 'event_store: a skipped run''s events'
                 ELSE rel || ': ' || (node ->> 'Node Type') || coalesce(' ' || (node ->> 'Index Name'), '')
                      || ': ' || cond END
       FROM scan ORDER BY 1;

@@ -22,16 +22,19 @@
  *
  * Passing: a step that moves the range through stored blocks (the gap
  * filled; releasing in batches) forgets the blocks below the first block
- * wholly beyond the new range (the kept block), and here their events: the
- * walk counts by key each event it releases from an island
- * (oe_keys_released()), and oe_keys_pass() reads the events of the last
- * forgotten block that it did not release (the range stopped inside:
- * at most 1023).  Rows wholly below the kept block go; the one row of a
- * key that reaches into it starts again there, with the key's count less
- * what was forgotten, and as its first seq the key's first in the kept
- * block, read from it (at most 1024 events): each block of a run holds an
- * event of the key.  So first_seq stays exact, and such a step reads at
- * most two blocks more than it releases, whatever the keys.
+ * wholly beyond the new range, the kept block, and here their events.  The
+ * rows wholly below it go.  A key's row that reaches into it (at most one:
+ * the runs of a key are disjoint; the keys found in both the block before
+ * the kept one and the kept one, so at most 1024) stays as stored, and
+ * the lane's one row of backlog_keys_passed says, for each such key, how
+ * many of the row's events lie below the kept block and the key's first
+ * seq in it, read from that block (each block of a run holds an event of
+ * the key).  So a step that releases writes one row, not one a key, and
+ * reads at most two blocks more than it releases: the walk counts by key
+ * each event it releases from an island (oe_keys_released()), and
+ * oe_keys_pass() reads the events of the last forgotten block that the
+ * range stopped in (at most 1023) and the kept block (1024).  first_seq
+ * stays exact whatever the keys.
  *
  * Readers (key_status) take the rows and the lane's events outside its
  * islands, with the snapshot they read the islands and the range with: a
@@ -54,7 +57,10 @@
 enum
 {
 	PLAN_STORE_KEYS,
-	PLAN_PASS_KEYS,
+	PLAN_LOAD_PASSED,
+	PLAN_DROP_ROWS,
+	PLAN_SAVE_PASSED,
+	PLAN_DROP_PASSED,
 	PLAN_FORGET_KEYS
 };
 
@@ -81,29 +87,26 @@ static OePlan plans[] = {
 		INT8ARRAYOID}
 	},
 
-	/*
-	 * The rows below block $2 go; a key's row that reaches into it starts
-	 * again there, its count less the key's events forgotten ($3, $4), its
-	 * first seq the key's first in block $2 ($5, $6).
-	 */
-	[PLAN_PASS_KEYS] = {
-		"WITH gone AS ("
-		"  DELETE FROM ordered_events.backlog_keys WHERE stream_id = $1 AND first_block < $2 "
-		"  RETURNING key, last_block, pending_count, last_seq), "
-		"kept AS ("
-		"  SELECT g.key, pg_catalog.max(g.last_block) AS last_block, "
-		"    pg_catalog.sum(g.pending_count)::bigint AS pending_count, "
-		"    pg_catalog.max(g.last_seq) AS last_seq "
-		"  FROM gone g GROUP BY g.key HAVING pg_catalog.max(g.last_block) >= $2) "
-		"INSERT INTO ordered_events.backlog_keys "
-		"(stream_id, key, first_block, last_block, pending_count, first_seq, last_seq) "
-		"SELECT $1, k.key, $2, k.last_block, k.pending_count - coalesce(p.n, 0), f.seq, k.last_seq "
-		"FROM kept k "
-		"LEFT JOIN ROWS FROM (pg_catalog.unnest($3::text[]), pg_catalog.unnest($4::bigint[])) "
-		"  AS p(key, n) ON p.key = k.key "
-		"LEFT JOIN ROWS FROM (pg_catalog.unnest($5::text[]), pg_catalog.unnest($6::bigint[])) "
-		"  AS f(key, seq) ON f.key = k.key",
-		6, {INT4OID, INT8OID, TEXTARRAYOID, INT8ARRAYOID, TEXTARRAYOID, INT8ARRAYOID}
+	[PLAN_LOAD_PASSED] = {
+		"SELECT kept_block, keys, passed, first_seqs FROM ordered_events.backlog_keys_passed "
+		"WHERE stream_id = $1",
+		1, {INT4OID}
+	},
+	[PLAN_DROP_ROWS] = {
+		"DELETE FROM ordered_events.backlog_keys WHERE stream_id = $1 AND last_block < $2 "
+		"RETURNING key, pending_count",
+		2, {INT4OID, INT8OID}
+	},
+	[PLAN_SAVE_PASSED] = {
+		"INSERT INTO ordered_events.backlog_keys_passed AS r "
+		"(stream_id, kept_block, keys, passed, first_seqs) VALUES ($1, $2, $3, $4, $5) "
+		"ON CONFLICT (stream_id) DO UPDATE SET kept_block = $2, keys = $3, passed = $4, "
+		"first_seqs = $5",
+		5, {INT4OID, INT8OID, TEXTARRAYOID, INT8ARRAYOID, INT8ARRAYOID}
+	},
+	[PLAN_DROP_PASSED] = {
+		"DELETE FROM ordered_events.backlog_keys_passed WHERE stream_id = $1",
+		1, {INT4OID}
 	},
 	[PLAN_FORGET_KEYS] = {
 		"DELETE FROM ordered_events.backlog_keys WHERE stream_id = $1",
@@ -150,16 +153,28 @@ key_table(const char *name, Size entrysize)
  * one, whose fields but the key the caller sets.
  */
 static void *
-key_entry(HTAB *table, TupleTableSlot *slot, bool *found)
+text_entry(HTAB *table, text *key, bool *found)
 {
-	bool		isnull;
-	text	   *key = DatumGetTextPP(slot_getattr(slot, Anum_oe_event_key, &isnull));
 	text	  **entry = hash_search(table, &key, HASH_ENTER, found);
 
-	/* the slot's copy goes with the next event: keep one of our own */
+	/* the caller's copy may go: keep one of our own */
 	if (!*found)
 		*entry = cstring_to_text_with_len(VARDATA_ANY(key), VARSIZE_ANY_EXHDR(key));
 	return entry;
+}
+
+static text *
+event_key(TupleTableSlot *slot)
+{
+	bool		isnull;
+
+	return DatumGetTextPP(slot_getattr(slot, Anum_oe_event_key, &isnull));
+}
+
+static void *
+key_entry(HTAB *table, TupleTableSlot *slot, bool *found)
+{
+	return text_entry(table, event_key(slot), found);
 }
 
 /* A key of the blocks a step stores. */
@@ -313,7 +328,7 @@ oe_keys_store(const OeLane *lane, OeKeyRuns *runs)
 typedef struct PassedKey
 {
 	text	   *key;			/* hash key (a pointer, see key_hash) */
-	int64		passed;			/* its events in the blocks forgotten */
+	int64		passed;			/* its rows' events below the kept block */
 	bool		in_kept;		/* it has an event in the kept block, */
 	int64		kept_first;		/* ... at this seq first */
 } PassedKey;
@@ -325,10 +340,10 @@ struct OeKeysPassed
 };
 
 static PassedKey *
-passed_entry(OeKeysPassed *passed, TupleTableSlot *slot)
+passed_entry(OeKeysPassed *passed, text *key)
 {
 	bool		found;
-	PassedKey  *k = key_entry(passed->keys, slot, &found);
+	PassedKey  *k = text_entry(passed->keys, key, &found);
 
 	if (!found)
 	{
@@ -372,7 +387,7 @@ oe_keys_released(OeLane *lane, TupleTableSlot *slot, int64 seq)
 		return;
 	island = lfirst(passed->island);
 	if (seq >= island->first)
-		passed_entry(passed, slot)->passed++;
+		passed_entry(passed, event_key(slot))->passed++;
 }
 
 /* True if seq is in an island of the lane (as loaded by the step). */
@@ -410,11 +425,18 @@ scan_events(OeLane *lane, Snapshot snapshot, int64 from, int64 to, bool kept)
 	oe_lane_scan_begin(&ls, lane, snapshot, from, false);
 	while (oe_lane_scan_next(&ls, &first, &last, &island) && first <= to)
 	{
-		PassedKey  *k = passed_entry(passed, ls.slot);
+		PassedKey  *k;
+
+		text	   *key = event_key(ls.slot);
 
 		if (!kept)
-			k->passed++;
-		else if (!k->in_kept)
+		{
+			passed_entry(passed, key)->passed++;
+			continue;
+		}
+		/* only a key with events below can have a row that reaches here */
+		k = hash_search(passed->keys, &key, HASH_FIND, NULL);
+		if (k != NULL && !k->in_kept)
 		{
 			k->in_kept = true;
 			k->kept_first = first;
@@ -423,27 +445,86 @@ scan_events(OeLane *lane, Snapshot snapshot, int64 from, int64 to, bool kept)
 	oe_lane_scan_end(&ls);
 }
 
-/* The record's keys, and with "kept" their first seqs in the kept block. */
+/*
+ * Add what the last pass recorded to the record: the events below its kept
+ * block of the rows that reached into it.
+ */
 static void
-passed_arrays(OeKeysPassed *passed, bool kept, Datum *keys, Datum *seqs)
+add_last_pass(const OeLane *lane, OeKeysPassed *passed)
+{
+	Datum		id = Int32GetDatum(lane->stream->stream_id);
+	bool		isnull;
+	Datum	   *keys;
+	Datum	   *counts;
+	int			n;
+
+	oe_run_plan(&plans[PLAN_LOAD_PASSED], &id, NULL, SPI_OK_SELECT);
+	if (SPI_processed == 0)
+		return;
+	deconstruct_array(DatumGetArrayTypeP(oe_result(0, 2, &isnull)), TEXTOID, -1, false,
+					  TYPALIGN_INT, &keys, NULL, &n);
+	deconstruct_array(DatumGetArrayTypeP(oe_result(0, 3, &isnull)), INT8OID, 8,
+					  FLOAT8PASSBYVAL, TYPALIGN_DOUBLE, &counts, NULL, &n);
+	for (int i = 0; i < n; i++)
+		passed_entry(passed, DatumGetTextPP(keys[i]))->passed += DatumGetInt64(counts[i]);
+}
+
+/* Drop the rows wholly below the kept block, and their events from the record. */
+static void
+drop_rows(const OeLane *lane, OeKeysPassed *passed, int64 kept_block)
+{
+	Datum		values[2] = {Int32GetDatum(lane->stream->stream_id), Int64GetDatum(kept_block)};
+
+	oe_run_plan(&plans[PLAN_DROP_ROWS], values, NULL, SPI_OK_DELETE_RETURNING);
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		bool		isnull;
+
+		passed_entry(passed, DatumGetTextPP(oe_result(i, 1, &isnull)))->passed -=
+			DatumGetInt64(oe_result(i, 2, &isnull));
+	}
+}
+
+/*
+ * Store the record: each key whose row reaches into the kept block, the
+ * row's events below it and the key's first seq in it.
+ */
+static void
+save_pass(const OeLane *lane, OeKeysPassed *passed, int64 kept_block)
 {
 	HASH_SEQ_STATUS status;
 	PassedKey  *k;
-	ArrayBuildState *key_state = initArrayResult(TEXTOID, CurrentMemoryContext, false);
-	ArrayBuildState *seq_state = initArrayResult(INT8OID, CurrentMemoryContext, false);
+	int			n = 0;
+	long		size = Max(hash_get_num_entries(passed->keys), 1);
+	Datum	   *keys = palloc(sizeof(Datum) * size);
+	Datum	   *counts = palloc(sizeof(Datum) * size);
+	Datum	   *firsts = palloc(sizeof(Datum) * size);
+	Datum		values[5];
 
 	hash_seq_init(&status, passed->keys);
 	while ((k = hash_seq_search(&status)) != NULL)
 	{
-		if (kept ? !k->in_kept : k->passed == 0)
-			continue;
-		key_state = accumArrayResult(key_state, PointerGetDatum(k->key), false, TEXTOID,
-									 CurrentMemoryContext);
-		seq_state = accumArrayResult(seq_state, Int64GetDatum(kept ? k->kept_first : k->passed),
-									 false, INT8OID, CurrentMemoryContext);
+		if (k->passed == 0)
+			continue;			/* its rows below the kept block are gone */
+		if (k->passed < 0 || !k->in_kept)
+			elog(ERROR, "the backlog summary of stream \"%s\" lost count of key \"%s\"",
+				 lane->stream->name, text_to_cstring(k->key));
+		keys[n] = PointerGetDatum(k->key);
+		counts[n] = Int64GetDatum(k->passed);
+		firsts[n] = Int64GetDatum(k->kept_first);
+		n++;
 	}
-	*keys = makeArrayResult(key_state, CurrentMemoryContext);
-	*seqs = makeArrayResult(seq_state, CurrentMemoryContext);
+	values[0] = Int32GetDatum(lane->stream->stream_id);
+	if (n == 0)
+	{
+		oe_run_plan(&plans[PLAN_DROP_PASSED], values, NULL, SPI_OK_DELETE);
+		return;
+	}
+	values[1] = Int64GetDatum(kept_block);
+	values[2] = oe_array(keys, NULL, n, TEXTOID);
+	values[3] = oe_array(counts, NULL, n, INT8OID);
+	values[4] = oe_array(firsts, NULL, n, INT8OID);
+	oe_run_plan(&plans[PLAN_SAVE_PASSED], values, NULL, SPI_OK_INSERT);
 }
 
 /*
@@ -458,7 +539,6 @@ oe_keys_pass(OeLane *lane, Snapshot snapshot, int64 kept_block, int64 tail_last,
 			 int64 kept_first, int64 kept_last)
 {
 	OeKeysPassed *passed;
-	Datum		values[6];
 
 	/* no island below the kept block: no row either */
 	if (lane->islands == NIL || lane->stream->per_key ||
@@ -467,14 +547,11 @@ oe_keys_pass(OeLane *lane, Snapshot snapshot, int64 kept_block, int64 tail_last,
 	passed = lane_passed(lane);
 	if (lane->range_end <= tail_last && in_island(lane, lane->range_end))
 		scan_events(lane, snapshot, lane->range_end, tail_last, false);
+	add_last_pass(lane, passed);
+	drop_rows(lane, passed, kept_block);
 	if (kept_first <= kept_last && in_island(lane, kept_first))
 		scan_events(lane, snapshot, kept_first, kept_last, true);
-
-	values[0] = Int32GetDatum(lane->stream->stream_id);
-	values[1] = Int64GetDatum(kept_block);
-	passed_arrays(passed, false, &values[2], &values[3]);
-	passed_arrays(passed, true, &values[4], &values[5]);
-	oe_run_plan(&plans[PLAN_PASS_KEYS], values, NULL, SPI_OK_INSERT);
+	save_pass(lane, passed, kept_block);
 }
 
 /* Forget the keys' rows of a global lane: its blocks are forgotten. */
@@ -486,4 +563,5 @@ oe_keys_forget(const OeLane *lane)
 	if (lane->stream->per_key)
 		return;
 	oe_run_plan(&plans[PLAN_FORGET_KEYS], &id, NULL, SPI_OK_DELETE);
+	oe_run_plan(&plans[PLAN_DROP_PASSED], &id, NULL, SPI_OK_DELETE);
 }

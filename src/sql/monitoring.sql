@@ -185,8 +185,23 @@ SELECT x.stream, x.key,
         SELECT d.stream, k.key, 0, NULL, v.buffered, v.seq, 0, 0, false
           FROM ordered_events.stream_def d
           JOIN ordered_events.backlog_keys k ON k.stream_id = d.stream_id
-         CROSS JOIN LATERAL (VALUES (k.pending_count, k.first_seq),
+          LEFT JOIN ordered_events.backlog_keys_passed r ON r.stream_id = d.stream_id
+         CROSS JOIN LATERAL (VALUES (k.pending_count,
+                                     CASE WHEN r.kept_block IS NULL OR k.first_block >= r.kept_block
+                                          THEN k.first_seq END),
                                     (0, k.last_seq)) v(buffered, seq)
+         WHERE d.sequencing = 'global'
+        UNION ALL
+        -- ... less what the range passed of the rows that reach into its
+        -- first whole block (their earliest seq there) ...
+        SELECT d.stream, r.key, 0, NULL, -r.passed, r.first_seq, 0, 0, false
+          FROM ordered_events.stream_def d
+         CROSS JOIN LATERAL (
+                SELECT u.key, u.passed, u.first_seq
+                  FROM ordered_events.backlog_keys_passed r
+                 CROSS JOIN LATERAL ROWS FROM (pg_catalog.unnest(r.keys), pg_catalog.unnest(r.passed),
+                                               pg_catalog.unnest(r.first_seqs)) u(key, passed, first_seq)
+                 WHERE r.stream_id = d.stream_id) r
          WHERE d.sequencing = 'global'
         UNION ALL
         -- ... the others one by one, an index range before each island of

@@ -84,14 +84,34 @@ CREATE TABLE ordered_events.backlog_keys (
     pending_count bigint NOT NULL,
     first_seq bigint NOT NULL,
     last_seq bigint NOT NULL,
-    PRIMARY KEY (stream_id, key, first_block)
+    -- a run grows at its end as blocks are stored
+    PRIMARY KEY (stream_id, key, last_block)
 );
--- the rows a step that moves the range passes
-CREATE INDEX backlog_keys_first_block_idx
-    ON ordered_events.backlog_keys (stream_id, first_block);
+-- the rows below the range a step moved
+CREATE INDEX backlog_keys_last_block_idx ON ordered_events.backlog_keys (stream_id, last_block);
 COMMENT ON TABLE ordered_events.backlog_keys IS
     'Internal: the keys of the backlog_blocks of global lanes, per run of blocks';
 SELECT pg_catalog.pg_extension_config_dump('ordered_events.backlog_keys', '');
+/*
+ * What the range of a global lane passed of the keys' rows that reach into
+ * kept_block, the first block wholly beyond it: of each key, the row's
+ * events below kept_block and the key's first seq in it.
+ */
+CREATE TABLE ordered_events.backlog_keys_passed (
+    stream_id integer PRIMARY KEY
+        REFERENCES ordered_events.stream_def ON DELETE CASCADE,
+    kept_block bigint NOT NULL,
+    keys text[] COLLATE "C" NOT NULL,
+    passed bigint[] NOT NULL,
+    first_seqs bigint[] NOT NULL
+);
+-- rewritten by each step that moves the range: not worth compressing
+ALTER TABLE ordered_events.backlog_keys_passed
+    ALTER COLUMN keys SET STORAGE EXTERNAL, ALTER COLUMN passed SET STORAGE EXTERNAL,
+    ALTER COLUMN first_seqs SET STORAGE EXTERNAL;
+COMMENT ON TABLE ordered_events.backlog_keys_passed IS
+    'Internal: what a global lane''s range passed of its backlog_keys rows';
+SELECT pg_catalog.pg_extension_config_dump('ordered_events.backlog_keys_passed', '');
 
 /*
  * The release log: one row per release step of a lane, numbered in the
