@@ -86,7 +86,6 @@ static OePlan plans[] = {
 		7, {INT4OID, TEXTARRAYOID, INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID,
 		INT8ARRAYOID}
 	},
-
 	[PLAN_LOAD_PASSED] = {
 		"SELECT kept_block, keys, passed, first_seqs FROM ordered_events.backlog_keys_passed "
 		"WHERE stream_id = $1",
@@ -98,7 +97,7 @@ static OePlan plans[] = {
 		2, {INT4OID, INT8OID}
 	},
 	[PLAN_SAVE_PASSED] = {
-		"INSERT INTO ordered_events.backlog_keys_passed AS r "
+		"INSERT INTO ordered_events.backlog_keys_passed "
 		"(stream_id, kept_block, keys, passed, first_seqs) VALUES ($1, $2, $3, $4, $5) "
 		"ON CONFLICT (stream_id) DO UPDATE SET kept_block = $2, keys = $3, passed = $4, "
 		"first_seqs = $5",
@@ -149,8 +148,8 @@ key_table(const char *name, Size entrysize)
 }
 
 /*
- * The entry of the key of the event in the slot; *found is false for a new
- * one, whose fields but the key the caller sets.
+ * The entry of a key; *found is false for a new one, whose fields but the
+ * key the caller sets.
  */
 static void *
 text_entry(HTAB *table, text *key, bool *found)
@@ -163,6 +162,7 @@ text_entry(HTAB *table, text *key, bool *found)
 	return entry;
 }
 
+/* The key of the event in the slot. */
 static text *
 event_key(TupleTableSlot *slot)
 {
@@ -425,9 +425,8 @@ scan_events(OeLane *lane, Snapshot snapshot, int64 from, int64 to, bool kept)
 	oe_lane_scan_begin(&ls, lane, snapshot, from, false);
 	while (oe_lane_scan_next(&ls, &first, &last, &island) && first <= to)
 	{
-		PassedKey  *k;
-
 		text	   *key = event_key(ls.slot);
+		PassedKey  *k;
 
 		if (!kept)
 		{
