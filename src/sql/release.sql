@@ -84,11 +84,10 @@ CREATE TABLE ordered_events.backlog_keys (
     pending_count bigint NOT NULL,
     first_seq bigint NOT NULL,
     last_seq bigint NOT NULL,
-    -- a run grows at its end as blocks are stored
-    PRIMARY KEY (stream_id, key, last_block)
-);
+    PRIMARY KEY (stream_id, key, first_block)
+) WITH (fillfactor = 50);   -- a run grows at its end as blocks are stored (HOT)
 -- the rows below the range a step moved
-CREATE INDEX backlog_keys_last_block_idx ON ordered_events.backlog_keys (stream_id, last_block);
+CREATE INDEX backlog_keys_first_block_idx ON ordered_events.backlog_keys (stream_id, first_block);
 COMMENT ON TABLE ordered_events.backlog_keys IS
     'Internal: the keys of the backlog_blocks of global lanes, per run of blocks';
 SELECT pg_catalog.pg_extension_config_dump('ordered_events.backlog_keys', '');
