@@ -33,8 +33,8 @@
  * reads at most two blocks more than it releases: the walk counts by key
  * each event it releases from an island (oe_keys_released()), and
  * oe_keys_pass() reads the events of the last forgotten block that the
- * range stopped in (at most 1023) and the kept block (1024).  first_seq
- * stays exact whatever the keys.
+ * range stopped in (at most 1023) and of the kept block until it found
+ * each such key (at most 1024).  first_seq stays exact whatever the keys.
  *
  * Readers (key_status) take the rows and the lane's events outside its
  * islands, with the snapshot they read the islands and the range with: a
@@ -411,11 +411,11 @@ in_island(const OeLane *lane, int64 seq)
 
 /*
  * Show each event of the lane from..to (inclusive, from <= to) to the
- * record: counted as forgotten, or as the first of its key in the kept
- * block.
+ * record: counted as forgotten, or, with "wanted" keys, as the first of its
+ * key in the kept block (the scan ends when each wanted key was found).
  */
 static void
-scan_events(OeLane *lane, Snapshot snapshot, int64 from, int64 to, bool kept)
+scan_events(OeLane *lane, Snapshot snapshot, int64 from, int64 to, long wanted)
 {
 	OeKeysPassed *passed = lane_passed(lane);
 	OeLaneScan	ls;
@@ -429,20 +429,36 @@ scan_events(OeLane *lane, Snapshot snapshot, int64 from, int64 to, bool kept)
 		text	   *key = event_key(ls.slot);
 		PassedKey  *k;
 
-		if (!kept)
+		if (wanted == 0)
 		{
 			passed_entry(passed, key)->passed++;
 			continue;
 		}
-		/* only a key with events below can have a row that reaches here */
+		/* only a key whose row reaches below is wanted */
 		k = hash_search(passed->keys, &key, HASH_FIND, NULL);
-		if (k != NULL && !k->in_kept)
+		if (k != NULL && k->passed > 0 && !k->in_kept)
 		{
 			k->in_kept = true;
 			k->kept_first = first;
+			if (--wanted == 0)
+				break;
 		}
 	}
 	oe_lane_scan_end(&ls);
+}
+
+/* The keys of the record whose row reaches into the kept block. */
+static long
+keys_reaching(OeKeysPassed *passed)
+{
+	HASH_SEQ_STATUS status;
+	PassedKey  *k;
+	long		n = 0;
+
+	hash_seq_init(&status, passed->keys);
+	while ((k = hash_seq_search(&status)) != NULL)
+		n += k->passed > 0;
+	return n;
 }
 
 /*
@@ -539,6 +555,7 @@ oe_keys_pass(OeLane *lane, Snapshot snapshot, int64 kept_block, int64 tail_last,
 			 int64 kept_first, int64 kept_last)
 {
 	OeKeysPassed *passed;
+	long		wanted;
 
 	/* no island below the kept block: no row either */
 	if (lane->islands == NIL || lane->stream->per_key ||
@@ -546,11 +563,12 @@ oe_keys_pass(OeLane *lane, Snapshot snapshot, int64 kept_block, int64 tail_last,
 		return;
 	passed = lane_passed(lane);
 	if (lane->range_end <= tail_last && in_island(lane, lane->range_end))
-		scan_events(lane, snapshot, lane->range_end, tail_last, false);
+		scan_events(lane, snapshot, lane->range_end, tail_last, 0);
 	add_last_pass(lane, passed);
 	drop_rows(lane, passed, kept_block);
-	if (kept_first <= kept_last && in_island(lane, kept_first))
-		scan_events(lane, snapshot, kept_first, kept_last, true);
+	wanted = keys_reaching(passed);
+	if (wanted > 0 && kept_first <= kept_last && in_island(lane, kept_first))
+		scan_events(lane, snapshot, kept_first, kept_last, wanted);
 	save_pass(lane, passed, kept_block);
 }
 
