@@ -206,7 +206,8 @@ SQL
 # drain DB EVENTS: seq 5 of wide arrives, and release steps run until all
 # of wide is released, one release() (max_release_batch, 10,000 events) a
 # transaction, as the worker runs them: what releasing costs when the range
-# moves through the backlog's summary
+# moves through the backlog's summary; then, timed apart, the compaction
+# that the worker runs after each release step
 drain() {
     local db=$1 n=$2 t
     psql_db "$db" -c "SELECT ordered_events.ingest('wide', 5, 'k5')" >/dev/null
@@ -225,6 +226,17 @@ SQL
     t=$(seconds_since "$t")
     echo "  $db: wide drained, $((n + 1)) events released in $t s" \
          "($(awk -v n="$n" -v t="$t" 'BEGIN {printf "%.0f", (n + 1) / t}') events/s)"
+    # what the worker does after each of those steps, timed apart: the
+    # released events counted per key
+    t=$(date +%s.%N)
+    psql_db "$db" >/dev/null <<'SQL'
+DO $$
+BEGIN
+    WHILE (SELECT c.more FROM ordered_events.compact_stream(ordered_events.stream_id('wide')) c)
+    LOOP COMMIT; END LOOP;
+END $$;
+SQL
+    echo "  $db: and their compaction in $(seconds_since "$t") s"
 }
 
 echo "19. loading the shapes: $N pending in wide and $P for wide_keys' k0, against $BASE and $BASE_P"

@@ -92,8 +92,7 @@ static OePlan plans[] = {
 		1, {INT4OID}
 	},
 	[PLAN_DROP_ROWS] = {
-		"DELETE FROM ordered_events.backlog_keys "
-		"WHERE stream_id = $1 AND first_block < $2 AND last_block < $2 "
+		"DELETE FROM ordered_events.backlog_keys WHERE stream_id = $1 AND last_block < $2 "
 		"RETURNING key, pending_count",
 		2, {INT4OID, INT8OID}
 	},
