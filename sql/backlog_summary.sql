@@ -138,6 +138,13 @@ LANGUAGE sql AS $$
       WHERE r.kept_block <> kept.block
          OR (SELECT count(*) FROM k WHERE k.key = r.key AND k.stored_first_block < k.first_block) <> 1
      UNION ALL
+     -- ... its bound is at most the last block of each of those rows ...
+     SELECT 'keys passed bound', r.min_last_block::text, min(k.last_block)::text
+       FROM ordered_events.backlog_keys_passed r
+       JOIN ordered_events.stream_def d ON d.stream_id = r.stream_id AND d.stream = s
+       JOIN k ON k.stored_first_block < k.first_block
+      GROUP BY r.min_last_block HAVING r.min_last_block > min(k.last_block)
+     UNION ALL
      -- ... and every event of a stored block is in one row of its key
      SELECT 'keys cover', row(kb.key, kb.block)::text, count(k.key)::text
        FROM kb

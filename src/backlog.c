@@ -216,10 +216,16 @@ forget_passed(OeLane *lane, Snapshot snapshot)
 {
 	int64		kept = first_block_from(lane->range_end);
 	bool		has_kept = kept <= block_of(PG_INT64_MAX);
+	OeKeysPass	pass = {
+		.from_block = first_block_from(lane->start),
+		.kept_block = kept,
+		.tail_last = has_kept ? block_first(kept) - 1 : PG_INT64_MAX,
+		.kept_first = has_kept ? block_first(kept) : 1,
+		.kept_last = has_kept ? block_first(kept) + (BLOCK_SIZE - 1) : 0
+	};
 
 	forget_blocks(lane, kept);
-	oe_keys_pass(lane, snapshot, kept, has_kept ? block_first(kept) - 1 : PG_INT64_MAX,
-				 has_kept ? block_first(kept) : 1, has_kept ? block_first(kept) + (BLOCK_SIZE - 1) : 0);
+	oe_keys_pass(lane, snapshot, &pass);
 }
 
 /* True if a skipped run of the lane (or one this step adds) meets the block. */

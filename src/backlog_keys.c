@@ -87,21 +87,34 @@ static OePlan plans[] = {
 		INT8ARRAYOID}
 	},
 	[PLAN_LOAD_PASSED] = {
-		"SELECT kept_block, keys, passed, first_seqs FROM ordered_events.backlog_keys_passed "
+		"SELECT keys, passed, min_last_block FROM ordered_events.backlog_keys_passed "
 		"WHERE stream_id = $1",
 		1, {INT4OID}
 	},
+
+	/*
+	 * The rows that begin in blocks $2 .. $3 - 1: those that end below
+	 * block $4 go (key, count), and the least last block of the others
+	 * (a row with a NULL key).
+	 */
 	[PLAN_DROP_ROWS] = {
-		"DELETE FROM ordered_events.backlog_keys WHERE stream_id = $1 AND last_block < $2 "
-		"RETURNING key, pending_count",
-		2, {INT4OID, INT8OID}
+		"WITH gone AS ("
+		"  DELETE FROM ordered_events.backlog_keys "
+		"  WHERE stream_id = $1 AND first_block >= $2 AND first_block < $3 AND last_block < $4 "
+		"  RETURNING key, pending_count) "
+		"SELECT key, pending_count FROM gone "
+		"UNION ALL "
+		"SELECT NULL, pg_catalog.min(last_block) FROM ordered_events.backlog_keys "
+		"WHERE stream_id = $1 AND first_block >= $2 AND first_block < $3 AND last_block >= $4",
+		4, {INT4OID, INT8OID, INT8OID, INT8OID}
 	},
 	[PLAN_SAVE_PASSED] = {
 		"INSERT INTO ordered_events.backlog_keys_passed "
-		"(stream_id, kept_block, keys, passed, first_seqs) VALUES ($1, $2, $3, $4, $5) "
+		"(stream_id, kept_block, keys, passed, first_seqs, min_last_block) "
+		"VALUES ($1, $2, $3, $4, $5, $6) "
 		"ON CONFLICT (stream_id) DO UPDATE SET kept_block = $2, keys = $3, passed = $4, "
-		"first_seqs = $5",
-		5, {INT4OID, INT8OID, TEXTARRAYOID, INT8ARRAYOID, INT8ARRAYOID}
+		"first_seqs = $5, min_last_block = $6",
+		6, {INT4OID, INT8OID, TEXTARRAYOID, INT8ARRAYOID, INT8ARRAYOID, INT8OID}
 	},
 	[PLAN_DROP_PASSED] = {
 		"DELETE FROM ordered_events.backlog_keys_passed WHERE stream_id = $1",
@@ -337,6 +350,8 @@ struct OeKeysPassed
 {
 	HTAB	   *keys;			/* PassedKeys */
 	ListCell   *island;			/* the first island not wholly before the walk */
+	int64		min_last;		/* a lower bound of the last blocks of the rows
+								 * that reach into the kept block */
 };
 
 static PassedKey *
@@ -462,9 +477,10 @@ keys_reaching(OeKeysPassed *passed)
 
 /*
  * Add what the last pass recorded to the record: the events below its kept
- * block of the rows that reached into it.
+ * block of the rows that reached into it.  Returns a lower bound of those
+ * rows' last blocks (they only grow), PG_INT64_MAX if there is none.
  */
-static void
+static int64
 add_last_pass(const OeLane *lane, OeKeysPassed *passed)
 {
 	Datum		id = Int32GetDatum(lane->stream->stream_id);
@@ -475,28 +491,39 @@ add_last_pass(const OeLane *lane, OeKeysPassed *passed)
 
 	oe_run_plan(&plans[PLAN_LOAD_PASSED], &id, NULL, SPI_OK_SELECT);
 	if (SPI_processed == 0)
-		return;
-	deconstruct_array(DatumGetArrayTypeP(oe_result(0, 2, &isnull)), TEXTOID, -1, false,
+		return PG_INT64_MAX;
+	deconstruct_array(DatumGetArrayTypeP(oe_result(0, 1, &isnull)), TEXTOID, -1, false,
 					  TYPALIGN_INT, &keys, NULL, &n);
-	deconstruct_array(DatumGetArrayTypeP(oe_result(0, 3, &isnull)), INT8OID, 8,
+	deconstruct_array(DatumGetArrayTypeP(oe_result(0, 2, &isnull)), INT8OID, 8,
 					  FLOAT8PASSBYVAL, TYPALIGN_DOUBLE, &counts, NULL, &n);
 	for (int i = 0; i < n; i++)
 		passed_entry(passed, DatumGetTextPP(keys[i]))->passed += DatumGetInt64(counts[i]);
+	return DatumGetInt64(oe_result(0, 3, &isnull));
 }
 
-/* Drop the rows wholly below the kept block, and their events from the record. */
+/*
+ * Drop the rows that begin in blocks from .. to - 1 and end below the kept
+ * block, and their events from the record; the least last block of those
+ * that reach into it lowers the record's bound.
+ */
 static void
-drop_rows(const OeLane *lane, OeKeysPassed *passed, int64 kept_block)
+drop_rows(const OeLane *lane, OeKeysPassed *passed, int64 from, int64 to, int64 kept_block)
 {
-	Datum		values[2] = {Int32GetDatum(lane->stream->stream_id), Int64GetDatum(kept_block)};
+	Datum		values[4] = {Int32GetDatum(lane->stream->stream_id), Int64GetDatum(from),
+	Int64GetDatum(to), Int64GetDatum(kept_block)};
 
-	oe_run_plan(&plans[PLAN_DROP_ROWS], values, NULL, SPI_OK_DELETE_RETURNING);
+	oe_run_plan(&plans[PLAN_DROP_ROWS], values, NULL, SPI_OK_SELECT);
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{
+		bool		no_key;
 		bool		isnull;
+		Datum		key = oe_result(i, 1, &no_key);
+		Datum		value = oe_result(i, 2, &isnull);
 
-		passed_entry(passed, DatumGetTextPP(oe_result(i, 1, &isnull)))->passed -=
-			DatumGetInt64(oe_result(i, 2, &isnull));
+		if (!no_key)
+			passed_entry(passed, DatumGetTextPP(key))->passed -= DatumGetInt64(value);
+		else if (!isnull)
+			passed->min_last = Min(passed->min_last, DatumGetInt64(value));
 	}
 }
 
@@ -514,7 +541,7 @@ save_pass(const OeLane *lane, OeKeysPassed *passed, int64 kept_block)
 	Datum	   *keys = palloc(sizeof(Datum) * size);
 	Datum	   *counts = palloc(sizeof(Datum) * size);
 	Datum	   *firsts = palloc(sizeof(Datum) * size);
-	Datum		values[5];
+	Datum		values[6];
 
 	hash_seq_init(&status, passed->keys);
 	while ((k = hash_seq_search(&status)) != NULL)
@@ -539,36 +566,45 @@ save_pass(const OeLane *lane, OeKeysPassed *passed, int64 kept_block)
 	values[2] = oe_array(keys, NULL, n, TEXTOID);
 	values[3] = oe_array(counts, NULL, n, INT8OID);
 	values[4] = oe_array(firsts, NULL, n, INT8OID);
+	values[5] = Int64GetDatum(passed->min_last);
 	oe_run_plan(&plans[PLAN_SAVE_PASSED], values, NULL, SPI_OK_INSERT);
 }
 
 /*
  * The step moved the lane's range (to range_end) and forgets its blocks
- * below "kept_block": forget their events from the keys' rows.  Its
- * events tail_last and below were in blocks forgotten; kept_first ..
- * kept_last are the seqs of the kept block (none if kept_first >
- * kept_last: no block is beyond the range).
+ * below pass->kept_block: forget their events from the keys' rows.
+ *
+ * The rows that begin below pass->from_block are those that reached into
+ * the last kept block, the record's: they are looked at only if one may
+ * end below the new one (its bound says); those that begin in blocks the
+ * range passed, always.  A growing run's row is updated in place (HOT: no
+ * index has its last block), and a drain step reads none of it.
  */
 void
-oe_keys_pass(OeLane *lane, Snapshot snapshot, int64 kept_block, int64 tail_last,
-			 int64 kept_first, int64 kept_last)
+oe_keys_pass(OeLane *lane, Snapshot snapshot, const OeKeysPass *pass)
 {
 	OeKeysPassed *passed;
+	int64		bound;
 	long		wanted;
 
 	/* no island below the kept block: no row either */
 	if (lane->islands == NIL || lane->stream->per_key ||
-		((OeIsland *) linitial(lane->islands))->first > tail_last)
+		((OeIsland *) linitial(lane->islands))->first > pass->tail_last)
 		return;
 	passed = lane_passed(lane);
-	if (lane->range_end <= tail_last && in_island(lane, lane->range_end))
-		scan_events(lane, snapshot, lane->range_end, tail_last, 0);
-	add_last_pass(lane, passed);
-	drop_rows(lane, passed, kept_block);
+	if (lane->range_end <= pass->tail_last && in_island(lane, lane->range_end))
+		scan_events(lane, snapshot, lane->range_end, pass->tail_last, 0);
+	bound = add_last_pass(lane, passed);
+	passed->min_last = PG_INT64_MAX;
+	if (bound < pass->kept_block)
+		drop_rows(lane, passed, PG_INT64_MIN, pass->from_block, pass->kept_block);
+	else
+		passed->min_last = bound;
+	drop_rows(lane, passed, pass->from_block, pass->kept_block, pass->kept_block);
 	wanted = keys_reaching(passed);
-	if (wanted > 0 && kept_first <= kept_last && in_island(lane, kept_first))
-		scan_events(lane, snapshot, kept_first, kept_last, wanted);
-	save_pass(lane, passed, kept_block);
+	if (wanted > 0 && pass->kept_first <= pass->kept_last && in_island(lane, pass->kept_first))
+		scan_events(lane, snapshot, pass->kept_first, pass->kept_last, wanted);
+	save_pass(lane, passed, pass->kept_block);
 }
 
 /* Forget the keys' rows of a global lane: its blocks are forgotten. */

@@ -605,8 +605,16 @@ extern void oe_keys_note(OeKeyRuns *runs, TupleTableSlot *slot, int64 seq);
 extern void oe_keys_end_block(OeKeyRuns *runs, int64 block, bool stored);
 extern void oe_keys_store(const OeLane *lane, OeKeyRuns *runs);
 extern void oe_keys_released(OeLane *lane, TupleTableSlot *slot, int64 seq);
-extern void oe_keys_pass(OeLane *lane, Snapshot snapshot, int64 kept_block, int64 tail_last,
-						 int64 kept_first, int64 kept_last);
+/* What a step's range passed of a lane's stored blocks (backlog.c). */
+typedef struct OeKeysPass
+{
+	int64		from_block;		/* the first block wholly beyond the range before */
+	int64		kept_block;		/* ... and after the step */
+	int64		tail_last;		/* the last seq of the blocks it forgets */
+	int64		kept_first;		/* the seqs of the kept block (none if first > last) */
+	int64		kept_last;
+} OeKeysPass;
+extern void oe_keys_pass(OeLane *lane, Snapshot snapshot, const OeKeysPass *pass);
 extern void oe_keys_forget(const OeLane *lane);
 
 /* gap_policy.c */

@@ -85,9 +85,9 @@ CREATE TABLE ordered_events.backlog_keys (
     first_seq bigint NOT NULL,
     last_seq bigint NOT NULL,
     PRIMARY KEY (stream_id, key, first_block)
-);
--- the rows that end below the range a step moved
-CREATE INDEX backlog_keys_last_block_idx ON ordered_events.backlog_keys (stream_id, last_block);
+) WITH (fillfactor = 50);   -- a run grows at its end: HOT updates
+-- the rows that begin in the blocks a step's range passed
+CREATE INDEX backlog_keys_first_block_idx ON ordered_events.backlog_keys (stream_id, first_block);
 COMMENT ON TABLE ordered_events.backlog_keys IS
     'Internal: the keys of the backlog_blocks of global lanes, per run of blocks';
 SELECT pg_catalog.pg_extension_config_dump('ordered_events.backlog_keys', '');
@@ -102,7 +102,8 @@ CREATE TABLE ordered_events.backlog_keys_passed (
     kept_block bigint NOT NULL,
     keys text[] COLLATE "C" NOT NULL,
     passed bigint[] NOT NULL,
-    first_seqs bigint[] NOT NULL
+    first_seqs bigint[] NOT NULL,
+    min_last_block bigint NOT NULL  -- at most the least last_block of those rows
 );
 -- rewritten by each step that moves the range: not worth compressing
 ALTER TABLE ordered_events.backlog_keys_passed
