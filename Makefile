@@ -10,6 +10,7 @@ OBJS = \
 	src/args.o \
 	src/arrival.o \
 	src/backlog.o \
+	src/backlog_keys.o \
 	src/catalog.o \
 	src/compaction.o \
 	src/consumer_read.o \

@@ -3381,6 +3381,194 @@ SELECT ordered_events.carry_grants('ordered_events.shard_runs(text, bigint, inte
 SELECT ordered_events.carry_grants('ordered_events.shard_runs(text, bigint, integer)'::regprocedure,
                                    'ordered_events.shard_max_event_ts(text, bigint, bigint)'::regprocedure);
 
+/* ------------------------------------------------------------------------
+ * 17. Pending keys of a global stream (issue 23; docs/monitoring.md, "What
+ *     monitoring costs"): key_status counts a global stream's backlog by
+ *     key from its summary
+ * ------------------------------------------------------------------------
+ */
+
+/*
+ * The keys of a global lane's stored blocks (src/backlog_keys.c): per key,
+ * runs of consecutive stored blocks that each hold an event of the key,
+ * with the count, first and last seq of its events in them, so that
+ * key_status counts them without reading them.
+ */
+CREATE TABLE ordered_events.backlog_keys (
+    stream_id integer NOT NULL
+        REFERENCES ordered_events.stream_def ON DELETE CASCADE,
+    key text COLLATE "C" NOT NULL,
+    first_block bigint NOT NULL,
+    last_block bigint NOT NULL,
+    pending_count bigint NOT NULL,
+    first_seq bigint NOT NULL,
+    last_seq bigint NOT NULL,
+    PRIMARY KEY (stream_id, key, first_block)
+) WITH (fillfactor = 50);   -- a run grows at its end: HOT updates
+-- the rows that begin in the blocks a step's range passed
+CREATE INDEX backlog_keys_first_block_idx ON ordered_events.backlog_keys (stream_id, first_block);
+COMMENT ON TABLE ordered_events.backlog_keys IS
+    'Internal: the keys of the backlog_blocks of global lanes, per run of blocks';
+SELECT pg_catalog.pg_extension_config_dump('ordered_events.backlog_keys', '');
+/*
+ * What the range of a global lane passed of the keys' rows that reach into
+ * kept_block, the first block wholly beyond it: of each key, the row's
+ * events below kept_block and the key's first seq in it.
+ */
+CREATE TABLE ordered_events.backlog_keys_passed (
+    stream_id integer PRIMARY KEY
+        REFERENCES ordered_events.stream_def ON DELETE CASCADE,
+    kept_block bigint NOT NULL,
+    keys text[] COLLATE "C" NOT NULL,
+    passed bigint[] NOT NULL,
+    first_seqs bigint[] NOT NULL,
+    min_last_block bigint NOT NULL  -- at most the least last_block of those rows
+);
+-- rewritten by each step that moves the range: not worth compressing
+ALTER TABLE ordered_events.backlog_keys_passed
+    ALTER COLUMN keys SET STORAGE EXTERNAL, ALTER COLUMN passed SET STORAGE EXTERNAL,
+    ALTER COLUMN first_seqs SET STORAGE EXTERNAL;
+COMMENT ON TABLE ordered_events.backlog_keys_passed IS
+    'Internal: what a global lane''s range passed of its backlog_keys rows';
+SELECT pg_catalog.pg_extension_config_dump('ordered_events.backlog_keys_passed', '');
+/*
+ * key_status: a global stream's pending events from the keys of its
+ * backlog's summary and the events outside its islands, no longer one by
+ * one.  The release steps store the keys with the blocks (src/backlog_keys.c);
+ * the update finds no stored block (0.2 had none).
+ */
+CREATE OR REPLACE VIEW ordered_events.key_status AS
+SELECT x.stream, x.key,
+       pg_catalog.max(x.last_released) AS last_released_seq,
+       pg_catalog.sum(x.buffered)::bigint AS buffered_count,
+       pg_catalog.min(x.buffered_seq) AS earliest_buffered_seq,
+       pg_catalog.max(x.buffered_seq) AS latest_buffered_seq,
+       pg_catalog.sum(x.released + x.buffered + x.rejected)::bigint AS received_count,
+       pg_catalog.sum(x.released)::bigint AS released_count,
+       pg_catalog.sum(x.duplicates)::bigint AS duplicate_count,
+       pg_catalog.bool_or(x.last_event) AS last_event_received
+  FROM (-- counted: a global stream's released events, deleted dead letters
+        SELECT d.stream, k.key, k.released_count AS released,
+               k.last_released_seq AS last_released, 0::bigint AS buffered,
+               NULL::bigint AS buffered_seq, k.rejected_count AS rejected,
+               k.duplicate_count AS duplicates, false AS last_event
+          FROM ordered_events.stream_def d
+          JOIN ordered_events.key_counters k ON k.stream_id = d.stream_id
+        UNION ALL
+        -- a global stream's released events not counted yet (a late event
+        -- in a skipped run is pending).  LATERAL ... OFFSET 0: an index
+        -- range of each stream's lane, never a scan of every event
+        SELECT d.stream, e.key, 1, e.seq, 0, NULL, 0, 0, false
+          FROM ordered_events.stream_def d
+          JOIN ordered_events.progress p ON p.stream_id = d.stream_id AND p.lane = ''
+         CROSS JOIN LATERAL (
+                SELECT e.key, e.seq FROM ordered_events.event_store e
+                 WHERE e.stream_id = d.stream_id AND e.lane = ''
+                   AND e.seq BETWEEN coalesce(p.counted_end, d.initial_sequence)
+                                 AND p.range_end - 1
+                   AND NOT EXISTS (SELECT FROM ordered_events.gap_skips g
+                                    WHERE g.stream_id = e.stream_id AND g.lane = e.lane
+                                      AND NOT g.settled
+                                      AND e.seq BETWEEN g.gap_start AND g.gap_end)
+                OFFSET 0) e
+        UNION ALL
+        -- a per-key stream's lanes
+        SELECT d.stream, p.lane, p.released_count, p.last_released_seq, 0, NULL, 0, 0,
+               p.last_event_seq IS NOT NULL
+          FROM ordered_events.stream_def d
+          JOIN ordered_events.progress p ON p.stream_id = d.stream_id
+         WHERE d.sequencing = 'per_key'
+        UNION ALL
+        -- a global stream's pending events: those of its backlog's summary
+        -- by key (src/backlog_keys.c), one row with the count and the
+        -- earliest seq, one with the latest ...
+        SELECT d.stream, k.key, 0, NULL, v.buffered, v.seq, 0, 0, false
+          FROM ordered_events.stream_def d
+          JOIN ordered_events.backlog_keys k ON k.stream_id = d.stream_id
+          LEFT JOIN ordered_events.backlog_keys_passed r ON r.stream_id = d.stream_id
+         CROSS JOIN LATERAL (VALUES (k.pending_count,
+                                     CASE WHEN r.kept_block IS NULL OR k.first_block >= r.kept_block
+                                          THEN k.first_seq END),
+                                    (0, k.last_seq)) v(buffered, seq)
+         WHERE d.sequencing = 'global'
+        UNION ALL
+        -- ... less what the range passed of the rows that reach into its
+        -- first whole block (their earliest seq there) ...
+        SELECT d.stream, r.key, 0, NULL, -r.passed, r.first_seq, 0, 0, false
+          FROM ordered_events.stream_def d
+         CROSS JOIN LATERAL (
+                SELECT u.key, u.passed, u.first_seq
+                  FROM ordered_events.backlog_keys_passed r
+                 CROSS JOIN LATERAL ROWS FROM (pg_catalog.unnest(r.keys), pg_catalog.unnest(r.passed),
+                                               pg_catalog.unnest(r.first_seqs)) u(key, passed, first_seq)
+                 WHERE r.stream_id = d.stream_id) r
+         WHERE d.sequencing = 'global'
+        UNION ALL
+        -- ... the others one by one, an index range before each island of
+        -- the summary's blocks and one after the last (without a summary:
+        -- from range_end on) ...
+        SELECT d.stream, e.key, 0, NULL, 1, e.seq, 0, 0, false
+          FROM ordered_events.stream_def d
+          JOIN ordered_events.progress p ON p.stream_id = d.stream_id AND p.lane = ''
+         CROSS JOIN LATERAL (
+                SELECT greatest(coalesce((pg_catalog.lag(i.last_block) OVER w) * 1024 + 1024,
+                                         p.range_end), p.range_end) AS lo,
+                       CASE WHEN i.first_block > -9007199254740992
+                            THEN i.first_block * 1024 - 1 END AS hi
+                  FROM ordered_events.backlog_islands i
+                 WHERE i.stream_id = d.stream_id AND i.lane = ''
+                WINDOW w AS (ORDER BY i.first_block)
+                UNION ALL
+                SELECT CASE WHEN pg_catalog.max(i.last_block) IS NULL THEN p.range_end
+                            WHEN pg_catalog.max(i.last_block) < 9007199254740991
+                            THEN greatest(pg_catalog.max(i.last_block) * 1024 + 1024,
+                                          p.range_end) END,
+                       9223372036854775807
+                  FROM ordered_events.backlog_islands i
+                 WHERE i.stream_id = d.stream_id AND i.lane = '') s
+         CROSS JOIN LATERAL (
+                SELECT e.key, e.seq FROM ordered_events.event_store e
+                 WHERE e.stream_id = d.stream_id AND e.lane = ''
+                   AND e.seq BETWEEN s.lo AND s.hi
+                OFFSET 0) e
+         WHERE d.sequencing = 'global'
+        UNION ALL
+        -- ... and late events in skipped runs
+        SELECT l.stream, l.key, 0, NULL, 1, l.seq, 0, 0, false
+          FROM ordered_events.late_events l
+        UNION ALL
+        -- a per-key stream's lanes that can wait, from their backlogs'
+        -- summary (src/backlog.c): one row with the count and the earliest
+        -- seq, one with the latest
+        SELECT d.stream, l.lane, 0, NULL, v.buffered, v.seq, 0, 0, false
+          FROM ordered_events.stream_def d
+         CROSS JOIN LATERAL (
+                SELECT p.lane FROM ordered_events.progress p
+                 WHERE p.stream_id = d.stream_id AND p.gap_start IS NOT NULL
+                UNION
+                SELECT a.key FROM ordered_events.key_arrivals a
+                 WHERE a.stream_id = d.stream_id) l
+         CROSS JOIN LATERAL ordered_events.lane_backlog(d.stream, l.lane) b
+         CROSS JOIN LATERAL (VALUES (b.pending_count, b.earliest_pending_seq),
+                                    (0, b.latest_pending_seq)) v(buffered, seq)
+         WHERE d.sequencing = 'per_key' AND b.pending_count > 0
+        UNION ALL
+        -- last events of per-key streams not released yet (by their index)
+        SELECT d.stream, e.lane, 0, NULL, 0, NULL, 0, 0, true
+          FROM ordered_events.stream_def d
+         CROSS JOIN LATERAL (
+                SELECT e.lane FROM ordered_events.event_store e
+                 WHERE e.stream_id = d.stream_id AND e.last_event
+                OFFSET 0) e
+        UNION ALL
+        SELECT u.stream, u.key, 0, NULL, 0, NULL, 1, (u.reason = 'duplicate')::integer, false
+          FROM ordered_events.unprocessed u
+         WHERE u.consumer IS NULL) x
+ GROUP BY x.stream, x.key
+HAVING pg_catalog.sum(x.released + x.buffered + x.rejected) > 0;
+COMMENT ON VIEW ordered_events.key_status IS
+    'Processing status of every key (Apache Beam''s OrderedProcessingStatus)';
+
 -- Sections that change a function's signature carry its grants (above).
 DROP FUNCTION ordered_events.carry_grants(regprocedure, regprocedure);
 

@@ -34,9 +34,9 @@
 # Then the per-key counts of wide and calm (compaction, as the worker does
 # after releasing), VACUUM ANALYZE and a checkpoint.  The load times are
 # printed, the inserts apart from the release steps (BACKLOG_LOAD_ONLY=1:
-# only those and the shape check, no figures).  The worker does not serve
-# these databases (bench/run sets ordered_events.databases = bench):
-# nothing moves while they are measured.
+# only those, the shape check and the drain, no figures).  The worker does
+# not serve these databases (bench/run sets ordered_events.databases =
+# bench): nothing moves while they are measured.
 #
 # Timing as bench/monitoring.sh: psql's \timing (from sending to the last
 # row received, planning included) with the output to /dev/null, in one
@@ -46,6 +46,10 @@
 # 10 (N, 10k, N, 10k); if longer, the N side runs as often as fits in 30 s
 # (3 to 20 times, the first run included) and the 10k side 20 times.
 # Medians; the machine's other work shows in the spread.
+#
+# After the figures, the drain: seq 5 arrives, and release() runs until all
+# of wide is released; its time is printed (not a figure: it has no
+# baseline here; compare it with another commit's run).
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
@@ -199,13 +203,49 @@ SQL
     echo "  $1: shape as intended ($got)"
 }
 
+# drain DB EVENTS: seq 5 of wide arrives, and release steps run until all
+# of wide is released, one release() (max_release_batch, 10,000 events) a
+# transaction, as the worker runs them: what releasing costs when the range
+# moves through the backlog's summary; then, timed apart, the compaction
+# that the worker runs after each release step
+drain() {
+    local db=$1 n=$2 t
+    psql_db "$db" -c "SELECT ordered_events.ingest('wide', 5, 'k5')" >/dev/null
+    t=$(date +%s.%N)
+    psql_db "$db" >/dev/null <<SQL
+DO \$\$
+BEGIN
+    LOOP
+        PERFORM ordered_events.release('wide');
+        COMMIT;
+        EXIT WHEN (SELECT p.range_end > $n + 5 FROM ordered_events.progress p
+                    WHERE p.stream_id = ordered_events.stream_id('wide') AND p.lane = '');
+    END LOOP;
+END \$\$;
+SQL
+    t=$(seconds_since "$t")
+    echo "  $db: wide drained, $((n + 1)) events released in $t s" \
+         "($(awk -v n="$n" -v t="$t" 'BEGIN {printf "%.0f", (n + 1) / t}') events/s)"
+    # what the worker does after each of those steps, timed apart: the
+    # released events counted per key
+    t=$(date +%s.%N)
+    psql_db "$db" >/dev/null <<'SQL'
+DO $$
+BEGIN
+    WHILE (SELECT c.more FROM ordered_events.compact_stream(ordered_events.stream_id('wide')) c)
+    LOOP COMMIT; END LOOP;
+END $$;
+SQL
+    echo "  $db: and their compaction in $(seconds_since "$t") s"
+}
+
 echo "19. loading the shapes: $N pending in wide and $P for wide_keys' k0, against $BASE and $BASE_P"
 load "$BIG_DB" "$N" "$P"
 load "$BASE_DB" "$BASE" "$BASE_P"
 check_shape "$BIG_DB" "$N" "$P"
 check_shape "$BASE_DB" "$BASE" "$BASE_P"
-# BACKLOG_LOAD_ONLY=1: the load times and the shape, no figures
-if [ "${BACKLOG_LOAD_ONLY:-0}" = 1 ]; then dropdb "$BIG_DB"; dropdb "$BASE_DB"; rm -rf "$tmp"; exit 0; fi
+# BACKLOG_LOAD_ONLY=1: the load times, the shape and the drain, no figures
+if [ "${BACKLOG_LOAD_ONLY:-0}" = 1 ]; then drain "$BIG_DB" "$N"; dropdb "$BIG_DB"; dropdb "$BASE_DB"; rm -rf "$tmp"; exit 0; fi
 
 echo "19. each query with $N pending vs $BASE pending (wide_keys' k0: $P vs $BASE_P)"
 db_figure "19a stream_stats, stream wide" "SELECT * FROM ordered_events.stream_stats WHERE stream = 'wide'"
@@ -222,6 +262,8 @@ db_figure "19j key_status, wide_keys, key k0 (blocked)" "SELECT * FROM ordered_e
 db_figure "19k metrics" "SELECT * FROM ordered_events.metrics"
 db_figure "19l consumers (one, on wide)" "SELECT * FROM ordered_events.consumers"
 
+echo "19. draining: seq 5 of wide arrives"
+drain "$BIG_DB" "$N"
 dropdb "$BIG_DB"
 dropdb "$BASE_DB"
 rm -rf "$tmp"

@@ -92,6 +92,38 @@ EXECUTE page('ks_k', 0);       -- a per-key stream by seq alone: every key's 1s
 RESET plan_cache_mode;
 RESET enable_sort;
 
+-- key_status of a global stream: its pending events from the keys' rows of
+-- its backlog's summary and an index range of the lane before each island
+-- of stored blocks and after the last (src/backlog_keys.c), never the range
+-- from range_end to the end; with a key, its rows by the primary key.
+-- Each scan of event_store, its index and condition (the aliases left out;
+-- those of late events in skipped runs in short), and whether backlog_keys
+-- is read by key.
+CREATE FUNCTION pg_temp.key_shape(q text) RETURNS SETOF text LANGUAGE plpgsql AS $$
+DECLARE plan jsonb;
+BEGIN
+    EXECUTE 'EXPLAIN (COSTS OFF, FORMAT JSON) ' || q INTO plan;
+    RETURN QUERY
+    WITH RECURSIVE n(node) AS (
+        SELECT plan -> 0 -> 'Plan'
+        UNION ALL
+        SELECT c FROM n, jsonb_array_elements(n.node -> 'Plans') c),
+    scan(rel, node, cond) AS (
+        SELECT node ->> 'Relation Name', node, regexp_replace(
+                   coalesce(node ->> 'Index Cond', node ->> 'Recheck Cond', node ->> 'Filter', ''),
+                   '("[^"]*"|[a-z_0-9]+)\.', '', 'g')
+          FROM n WHERE node ->> 'Relation Name' IN ('event_store', 'backlog_keys'))
+    SELECT CASE WHEN rel = 'backlog_keys'
+                THEN 'backlog_keys' || CASE WHEN cond LIKE '%key = %' THEN ' by key' ELSE '' END
+                WHEN cond LIKE '%gap_start%' OR cond LIKE '%(seq < range_end)%'
+                THEN 'event_store: a skipped run''s events'
+                ELSE rel || ': ' || (node ->> 'Node Type') || coalesce(' ' || (node ->> 'Index Name'), '')
+                     || ': ' || cond END
+      FROM scan ORDER BY 1;
+END $$;
+SELECT * FROM pg_temp.key_shape($$SELECT * FROM ordered_events.key_status WHERE stream = 'ks_g' LIMIT 100$$);
+SELECT * FROM pg_temp.key_shape($$SELECT * FROM ordered_events.key_status WHERE stream = 'ks_g' AND key = 'k3'$$);
+
 -- The answers: pages of a global stream over the skipped seq, by key, and
 -- the pending ones.
 SELECT seq, key, payload FROM ordered_events.released
@@ -103,6 +135,13 @@ SELECT seq, payload FROM ordered_events.released
 SELECT seq, key FROM ordered_events.pending WHERE stream = 'ks_g' ORDER BY seq LIMIT 3;
 SELECT seq, key FROM ordered_events.pending
  WHERE stream = 'ks_k' AND key = 'k3' AND seq > 97 ORDER BY seq LIMIT 10;
+SELECT k.key, k.buffered_count, k.earliest_buffered_seq, k.latest_buffered_seq,
+       (p.n, p.lo, p.hi) = (k.buffered_count, k.earliest_buffered_seq, k.latest_buffered_seq)
+           AS as_pending
+  FROM ordered_events.key_status k
+  JOIN (SELECT key, count(*) AS n, min(seq) AS lo, max(seq) AS hi
+          FROM ordered_events.pending WHERE stream = 'ks_g' GROUP BY key) p USING (key)
+ WHERE k.stream = 'ks_g' ORDER BY k.key;
 
 -- The 0.2 formulation of both views, to compare with.
 CREATE TEMP VIEW released_0_2 AS

@@ -22,9 +22,11 @@
  * Storage: one row per block in backlog_blocks (with its oldest
  * received_at, indexed, so the oldest waiting event is one index probe)
  * and one per island in backlog_islands, merged as blocks are stored and
- * trimmed as they are released, so that a reader reads a row per island.
- * A step deletes the blocks its range passed in the transaction that moves
- * the range: no row lies below a lane's range_end.
+ * trimmed as they are released, so that a reader reads a row per island;
+ * for a global lane, the keys of the blocks' events in backlog_keys
+ * (backlog_keys.c), which key_status reads.  A step deletes the blocks its
+ * range passed, and their keys, in the transaction that moves the range:
+ * no row lies below a lane's range_end.
  *
  * progress.backlog_end is the first seq the last step did not look at, so
  * that streams_with_work() asks for another step while events lie there;
@@ -201,7 +203,29 @@ oe_backlog_forget(const OeLane *lane)
 	if (!lane->has_backlog)
 		return;
 	forget_blocks(lane, PG_INT64_MAX);
+	oe_keys_forget(lane);
 	set_backlog_end(lane, false, 0);
+}
+
+/*
+ * Forget what the step's range passed: the blocks below the first one
+ * wholly beyond it, and their events in the keys' rows.
+ */
+static void
+forget_passed(OeLane *lane, Snapshot snapshot)
+{
+	int64		kept = first_block_from(lane->range_end);
+	bool		has_kept = kept <= block_of(PG_INT64_MAX);
+	OeKeysPass	pass = {
+		.from_block = first_block_from(lane->start),
+		.kept_block = kept,
+		.tail_last = has_kept ? block_first(kept) - 1 : PG_INT64_MAX,
+		.kept_first = has_kept ? block_first(kept) : 1,
+		.kept_last = has_kept ? block_first(kept) + (BLOCK_SIZE - 1) : 0
+	};
+
+	forget_blocks(lane, kept);
+	oe_keys_pass(lane, snapshot, &pass);
 }
 
 /* True if a skipped run of the lane (or one this step adds) meets the block. */
@@ -233,6 +257,7 @@ typedef struct NewBlocks
 	ArrayBuildState *blocks;
 	ArrayBuildState *oldest;
 	List	   *runs;			/* BlockRuns of consecutive new blocks, in order */
+	OeKeyRuns  *keys;			/* their keys (backlog_keys.c) */
 } NewBlocks;
 
 typedef struct BlockRun
@@ -246,8 +271,11 @@ static void
 finish_block(const OeLane *lane, NewBlocks *found, int64 block, int64 events,
 			 TimestampTz oldest)
 {
-	if (events != BLOCK_SIZE || block_first(block) < lane->range_end ||
-		block_meets_runs(lane, block))
+	bool		complete = events == BLOCK_SIZE && block_first(block) >= lane->range_end &&
+		!block_meets_runs(lane, block);
+
+	oe_keys_end_block(found->keys, block, complete);
+	if (!complete)
 		return;
 	found->blocks = accumArrayResult(found->blocks, Int64GetDatum(block), false, INT8OID,
 									 CurrentMemoryContext);
@@ -270,6 +298,7 @@ store_blocks(const OeLane *lane, NewBlocks *found)
 	Datum		values[4];
 	ListCell   *lc;
 
+	oe_keys_store(lane, found->keys);
 	if (found->runs == NIL)
 		return;
 	values[0] = Int32GetDatum(lane->stream->stream_id);
@@ -325,10 +354,11 @@ oe_backlog_update(OeLane *lane, Snapshot snapshot)
 		if (!lane->more)
 			oe_backlog_forget(lane);
 		else if (moved)
-			forget_blocks(lane, first_block_from(lane->range_end));
+			forget_passed(lane, snapshot);
 		return false;
 	}
 
+	found.keys = oe_keys_begin(lane);
 	oe_lane_scan_begin(&ls, lane, snapshot, lane->range_end, true);
 	while (oe_lane_scan_next(&ls, &first, &last, &island))
 	{
@@ -357,6 +387,7 @@ oe_backlog_update(OeLane *lane, Snapshot snapshot)
 		events++;
 		looked++;
 		oldest = Min(oldest, received_at(ls.slot));
+		oe_keys_note(found.keys, ls.slot, first);
 		end = first + 1;
 	}
 	if (in_block && !stopped)
@@ -364,7 +395,7 @@ oe_backlog_update(OeLane *lane, Snapshot snapshot)
 	oe_lane_scan_end(&ls);
 
 	if (moved)
-		forget_blocks(lane, first_block_from(lane->range_end));
+		forget_passed(lane, snapshot);
 	store_blocks(lane, &found);
 	set_backlog_end(lane, true, end);
 	return stopped;

@@ -368,6 +368,7 @@ release_event(OeLane *lane, TupleTableSlot *slot, int64 seq)
 	}
 	lane->last_event = DatumGetBool(slot_getattr(slot, Anum_oe_event_last_event, &isnull));
 	oe_step_count_event(lane, slot);
+	oe_keys_released(lane, slot, seq);
 	lane->last_released = seq;
 	lane->released++;
 }

@@ -262,6 +262,8 @@ typedef struct OeLane
 	bool		has_backlog;	/* progress.backlog_end is set (backlog.c) */
 	int64		backlog_end;	/* ... the first seq its summary did not see */
 	List	   *islands;		/* OeIslands from range_end on, by first */
+	struct OeKeysPassed *passed_keys;	/* what the step forgets of them
+										 * (backlog_keys.c), NULL until then */
 
 	/* what the step did */
 	int64		released;
@@ -640,6 +642,26 @@ extern List *oe_waiting_lanes(const OeStream *stream, Snapshot snapshot);
 extern void oe_backlog_load(OeLane *lane);
 extern bool oe_backlog_update(OeLane *lane, Snapshot snapshot);
 extern void oe_backlog_forget(const OeLane *lane);
+
+/* backlog_keys.c */
+typedef struct OeKeyRuns OeKeyRuns;
+typedef struct OeKeysPassed OeKeysPassed;
+extern OeKeyRuns *oe_keys_begin(const OeLane *lane);
+extern void oe_keys_note(OeKeyRuns *runs, TupleTableSlot *slot, int64 seq);
+extern void oe_keys_end_block(OeKeyRuns *runs, int64 block, bool stored);
+extern void oe_keys_store(const OeLane *lane, OeKeyRuns *runs);
+extern void oe_keys_released(OeLane *lane, TupleTableSlot *slot, int64 seq);
+/* What a step's range passed of a lane's stored blocks (backlog.c). */
+typedef struct OeKeysPass
+{
+	int64		from_block;		/* the first block wholly beyond the range before */
+	int64		kept_block;		/* ... and after the step */
+	int64		tail_last;		/* the last seq of the blocks it forgets */
+	int64		kept_first;		/* the seqs of the kept block (none if first > last) */
+	int64		kept_last;
+} OeKeysPass;
+extern void oe_keys_pass(OeLane *lane, Snapshot snapshot, const OeKeysPass *pass);
+extern void oe_keys_forget(const OeLane *lane);
 
 /* gap_policy.c */
 extern bool oe_gap_expired(TimestampTz first_seen, Interval *gap_timeout, TimestampTz now);

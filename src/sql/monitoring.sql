@@ -125,9 +125,10 @@ COMMENT ON FUNCTION ordered_events.lane_backlog(text, text) IS
     'Internal: the pending events of a key of a per-key stream (key_status)';
 /*
  * key_status, from counters: its cost is the stream's keys and dead
- * letters, a global stream's pending events, and a per-key stream's gaps,
- * whatever it released or holds pending behind them.  Each part gives
- * rows of (stream, key, counts), summed per key:
+ * letters, a global stream's gaps and the events that arrived since its
+ * last release step, and a per-key stream's gaps, whatever it released or
+ * holds pending behind them.  Each part gives rows of (stream, key,
+ * counts), summed per key:
  * - a global stream's released events are counted in key_counters once
  *   compacted, and from the events until then (the worker compacts after
  *   each release);
@@ -178,18 +179,61 @@ SELECT x.stream, x.key,
           JOIN ordered_events.progress p ON p.stream_id = d.stream_id
          WHERE d.sequencing = 'per_key'
         UNION ALL
-        -- a global stream's pending events, one by one (no summary has its
-        -- keys), and late events in skipped runs
+        -- a global stream's pending events: those of its backlog's summary
+        -- by key (src/backlog_keys.c), one row with the count and the
+        -- earliest seq, one with the latest ...
+        SELECT d.stream, k.key, 0, NULL, v.buffered, v.seq, 0, 0, false
+          FROM ordered_events.stream_def d
+          JOIN ordered_events.backlog_keys k ON k.stream_id = d.stream_id
+          LEFT JOIN ordered_events.backlog_keys_passed r ON r.stream_id = d.stream_id
+         CROSS JOIN LATERAL (VALUES (k.pending_count,
+                                     CASE WHEN r.kept_block IS NULL OR k.first_block >= r.kept_block
+                                          THEN k.first_seq END),
+                                    (0, k.last_seq)) v(buffered, seq)
+         WHERE d.sequencing = 'global'
+        UNION ALL
+        -- ... less what the range passed of the rows that reach into its
+        -- first whole block (their earliest seq there) ...
+        SELECT d.stream, r.key, 0, NULL, -r.passed, r.first_seq, 0, 0, false
+          FROM ordered_events.stream_def d
+         CROSS JOIN LATERAL (
+                SELECT u.key, u.passed, u.first_seq
+                  FROM ordered_events.backlog_keys_passed r
+                 CROSS JOIN LATERAL ROWS FROM (pg_catalog.unnest(r.keys), pg_catalog.unnest(r.passed),
+                                               pg_catalog.unnest(r.first_seqs)) u(key, passed, first_seq)
+                 WHERE r.stream_id = d.stream_id) r
+         WHERE d.sequencing = 'global'
+        UNION ALL
+        -- ... the others one by one, an index range before each island of
+        -- the summary's blocks and one after the last (without a summary:
+        -- from range_end on) ...
         SELECT d.stream, e.key, 0, NULL, 1, e.seq, 0, 0, false
           FROM ordered_events.stream_def d
           JOIN ordered_events.progress p ON p.stream_id = d.stream_id AND p.lane = ''
          CROSS JOIN LATERAL (
+                SELECT greatest(coalesce((pg_catalog.lag(i.last_block) OVER w) * 1024 + 1024,
+                                         p.range_end), p.range_end) AS lo,
+                       CASE WHEN i.first_block > -9007199254740992
+                            THEN i.first_block * 1024 - 1 END AS hi
+                  FROM ordered_events.backlog_islands i
+                 WHERE i.stream_id = d.stream_id AND i.lane = ''
+                WINDOW w AS (ORDER BY i.first_block)
+                UNION ALL
+                SELECT CASE WHEN pg_catalog.max(i.last_block) IS NULL THEN p.range_end
+                            WHEN pg_catalog.max(i.last_block) < 9007199254740991
+                            THEN greatest(pg_catalog.max(i.last_block) * 1024 + 1024,
+                                          p.range_end) END,
+                       9223372036854775807
+                  FROM ordered_events.backlog_islands i
+                 WHERE i.stream_id = d.stream_id AND i.lane = '') s
+         CROSS JOIN LATERAL (
                 SELECT e.key, e.seq FROM ordered_events.event_store e
                  WHERE e.stream_id = d.stream_id AND e.lane = ''
-                   AND e.seq BETWEEN p.range_end AND 9223372036854775807
+                   AND e.seq BETWEEN s.lo AND s.hi
                 OFFSET 0) e
          WHERE d.sequencing = 'global'
         UNION ALL
+        -- ... and late events in skipped runs
         SELECT l.stream, l.key, 0, NULL, 1, l.seq, 0, 0, false
           FROM ordered_events.late_events l
         UNION ALL

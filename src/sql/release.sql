@@ -69,6 +69,49 @@ CREATE TABLE ordered_events.backlog_islands (
 COMMENT ON TABLE ordered_events.backlog_islands IS
     'Internal: runs of consecutive backlog_blocks, per lane';
 SELECT pg_catalog.pg_extension_config_dump('ordered_events.backlog_islands', '');
+/*
+ * The keys of a global lane's stored blocks (src/backlog_keys.c): per key,
+ * runs of consecutive stored blocks that each hold an event of the key,
+ * with the count, first and last seq of its events in them, so that
+ * key_status counts them without reading them.
+ */
+CREATE TABLE ordered_events.backlog_keys (
+    stream_id integer NOT NULL
+        REFERENCES ordered_events.stream_def ON DELETE CASCADE,
+    key text COLLATE "C" NOT NULL,
+    first_block bigint NOT NULL,
+    last_block bigint NOT NULL,
+    pending_count bigint NOT NULL,
+    first_seq bigint NOT NULL,
+    last_seq bigint NOT NULL,
+    PRIMARY KEY (stream_id, key, first_block)
+) WITH (fillfactor = 50);   -- a run grows at its end: HOT updates
+-- the rows that begin in the blocks a step's range passed
+CREATE INDEX backlog_keys_first_block_idx ON ordered_events.backlog_keys (stream_id, first_block);
+COMMENT ON TABLE ordered_events.backlog_keys IS
+    'Internal: the keys of the backlog_blocks of global lanes, per run of blocks';
+SELECT pg_catalog.pg_extension_config_dump('ordered_events.backlog_keys', '');
+/*
+ * What the range of a global lane passed of the keys' rows that reach into
+ * kept_block, the first block wholly beyond it: of each key, the row's
+ * events below kept_block and the key's first seq in it.
+ */
+CREATE TABLE ordered_events.backlog_keys_passed (
+    stream_id integer PRIMARY KEY
+        REFERENCES ordered_events.stream_def ON DELETE CASCADE,
+    kept_block bigint NOT NULL,
+    keys text[] COLLATE "C" NOT NULL,
+    passed bigint[] NOT NULL,
+    first_seqs bigint[] NOT NULL,
+    min_last_block bigint NOT NULL  -- at most the least last_block of those rows
+);
+-- rewritten by each step that moves the range: not worth compressing
+ALTER TABLE ordered_events.backlog_keys_passed
+    ALTER COLUMN keys SET STORAGE EXTERNAL, ALTER COLUMN passed SET STORAGE EXTERNAL,
+    ALTER COLUMN first_seqs SET STORAGE EXTERNAL;
+COMMENT ON TABLE ordered_events.backlog_keys_passed IS
+    'Internal: what a global lane''s range passed of its backlog_keys rows';
+SELECT pg_catalog.pg_extension_config_dump('ordered_events.backlog_keys_passed', '');
 
 /*
  * The release log: one row per release step of a lane, numbered in the

@@ -105,7 +105,7 @@ SELECT tables_are('ordered_events', ARRAY[
     'stream_def', 'event_store', 'progress', 'lane_release_log', 'gap_skips', 'key_arrivals',
     'release_totals', 'consumer_def', 'subscription', 'handler_state', 'handler_result',
     'handler_parked', 'key_counters', 'deleted_totals', 'cycle_hook', 'backlog_blocks',
-    'backlog_islands', 'group_member', 'lease'],
+    'backlog_islands', 'group_member', 'lease', 'backlog_keys', 'backlog_keys_passed'],
     'schema ordered_events has exactly the tables of 0.3');
 SELECT views_are('ordered_events', ARRAY[
     'streams', 'inbox', 'released', 'pending', 'ranges', 'key_status', 'stream_stats',
