@@ -348,7 +348,7 @@ CREATE TABLE pg_temp.steps (step integer, range_end bigint, problems bigint, key
                             keys text);
 DO $$
 BEGIN
-    FOR i IN 1..15 LOOP
+    FOR i IN 1..14 LOOP
         IF i = 3 THEN
             PERFORM ordered_events.skip_gap('bk_mix', 33002, 'lost upstream');
         ELSE
