@@ -5,8 +5,8 @@
 # both measured in this run: ratio <= 2, and <= 10 ms at N.  N: quick
 # 1,000,000, full 10,000,000; BACKLOG_EVENTS overrides either.
 #
-# Not in bench/run's default list (loading alone takes minutes, and some
-# figures miss until issue 23 is done); run it by name:
+# Not in bench/run's default list (loading and the drain's compaction take
+# minutes); run it by name:
 #   unshare -m --propagation private bench/private bench/run [--full] bench/backlog.sh
 #
 # Two databases in the bench cluster hold the same streams, one with N

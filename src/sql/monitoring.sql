@@ -182,14 +182,17 @@ SELECT x.stream, x.key,
         -- a global stream's pending events: those of its backlog's summary
         -- by key (src/backlog_keys.c), one row with the count and the
         -- earliest seq, one with the latest ...
-        SELECT d.stream, k.key, 0, NULL, v.buffered, v.seq, 0, 0, false
+        SELECT d.stream, k.key, 0, NULL, k.pending_count,
+               CASE WHEN r.kept_block IS NULL OR k.first_block >= r.kept_block
+                    THEN k.first_seq END, 0, 0, false
           FROM ordered_events.stream_def d
           JOIN ordered_events.backlog_keys k ON k.stream_id = d.stream_id
           LEFT JOIN ordered_events.backlog_keys_passed r ON r.stream_id = d.stream_id
-         CROSS JOIN LATERAL (VALUES (k.pending_count,
-                                     CASE WHEN r.kept_block IS NULL OR k.first_block >= r.kept_block
-                                          THEN k.first_seq END),
-                                    (0, k.last_seq)) v(buffered, seq)
+         WHERE d.sequencing = 'global'
+        UNION ALL
+        SELECT d.stream, k.key, 0, NULL, 0, k.last_seq, 0, 0, false
+          FROM ordered_events.stream_def d
+          JOIN ordered_events.backlog_keys k ON k.stream_id = d.stream_id
          WHERE d.sequencing = 'global'
         UNION ALL
         -- ... less what the range passed of the rows that reach into its
