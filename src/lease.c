@@ -1113,7 +1113,7 @@ oe_receive_events(const OeReceiveArgs *args, Tuplestorestate *rows, TupleDesc de
 	ResourceOwner owner = CurrentResourceOwner;
 	MemoryContext cxt = AllocSetContextCreate(outer, "ordered_events receive",
 											  ALLOCSET_DEFAULT_SIZES);
-	TimestampTz deadline = oe_wait_deadline((Interval *) &args->wait, "receive()");
+	TimestampTz deadline = oe_wait_deadline(&args->wait, "receive()");
 	TimestampTz next_due;
 	int32		consumer_id = 0;
 	bool		changed;

@@ -543,7 +543,7 @@ extern void oe_dead_letter_row(const char *stream, uint64 row, OeOutcome reason,
 extern void oe_wait_init(void);
 extern void oe_wait_shmem_init(OeShared *shared);
 extern void oe_note_released(int32 consumer_id);
-extern TimestampTz oe_wait_deadline(Interval *wait, const char *function);
+extern TimestampTz oe_wait_deadline(const Interval *wait, const char *function);
 extern uint64 oe_release_generation(int32 consumer_id);
 extern bool oe_wait_for_release(int32 consumer_id, uint64 seen, TimestampTz deadline);
 

@@ -106,7 +106,7 @@ oe_wait_init(void)
  * of a preloaded library and a snapshot per look (READ COMMITTED).
  */
 TimestampTz
-oe_wait_deadline(Interval *wait, const char *function)
+oe_wait_deadline(const Interval *wait, const char *function)
 {
 	int64		wait_us = 0;
 
