@@ -29,6 +29,7 @@ OBJS = \
 	src/ordered_events.o \
 	src/privileges.o \
 	src/release.o \
+	src/seq_bits.o \
 	src/shard.o \
 	src/shmem.o \
 	src/skip_gap.o \

@@ -31,16 +31,17 @@
 #       server.  One session a side and k, its first round untimed (plans
 #       and PL/Proxy's connections warm, as the router's worker has them).
 #       A round: a timed combine with nothing new (the idle step), the
-#       ingest, the runs fetched (on_shard_runs on the 4 shards), the runs
-#       united (range_agg, contiguous_end over a temporary table of them),
-#       then combine() itself.  Its parts: the shards' execution of
-#       shard_runs and of release_through (the shards' pg_stat_statements,
+#       ingest, the bitmaps fetched (on_shards_seq_bits, the 4 shards at
+#       once), united (seq_bits_runs, contiguous_end over a temporary table
+#       of them), then combine() itself.  Its parts: the shards' execution
+#       of shard_seq_bits and of shard_release (the shards' pg_stat_statements,
 #       reset just before), the union, and the rest (round trips, the
 #       shards' and the router's commits, PL/pgSQL); the router's own
 #       statements in the step (pg_stat_statements, track = all) go to the
 #       log.  Then the router's side again with synchronous_commit off on
 #       the router and the shards (what the WAL flushes cost), and an empty
-#       on_shard_runs call through PL/Proxy against the same call on a shard.
+#       on_shard_seq_bits call through PL/Proxy against the same call on a
+#       shard.
 #   13c the router's worker on: the commit of a gap-filling ingest (through
 #       the router) to the commit of the release step on every shard.  Per
 #       trial, seqs G+1..G+4 go one to each shard, then after 3-13 ms
@@ -48,12 +49,15 @@
 #       G; the next trial starts when the router's range passed G+4.
 #       Server clocks of one machine (track_commit_timestamp on the
 #       shards): the commit of event G on its shard to the commit of the
-#       release_through step ending at G+5 on the last shard to release it.
+#       shard_release step ending at G+5 on the last shard to release it.
 #       Targets: p50 <= 10 ms (issue 25), p99 <= 50 ms (ours; the router's
-#       worker wakes every 10 ms: shards' commits do not wake it).
+#       worker wakes every 10 ms, and at the commit of a write through the
+#       router).
 #
 # Issue 25 (speed): the combine step calls every shard at once (RUN ON ALL)
-# and each shard ships one int8multirange.  13b also checks that every idle
+# and each shard ships the seqs of the step's window as a bitmap (a bit a
+# seq; src/seq_bits.c); the router's worker is woken by the commit of a
+# write through the router.  13b also checks that every idle
 # step assigned no transaction id on the router (it stops otherwise), and
 # reports the router backend's CPU in each combine step (its
 # /proc/self/schedstat, read by pg_read_file before and after; PL/Proxy's
@@ -312,10 +316,10 @@ $$;
 CREATE FUNCTION public.bench_stats(i integer, OUT kind text, OUT calls bigint, OUT ms float8)
 RETURNS SETOF record LANGUAGE plproxy AS $$
     CLUSTER 'ordered_events_shards'; RUN ON i;
-    SELECT CASE WHEN query LIKE '%shard_run_set%' THEN 'shard_runs' ELSE 'release_through' END AS kind,
+    SELECT CASE WHEN query LIKE '%shard_seq_bits%' THEN 'seq_bits' ELSE 'release' END AS kind,
            calls, total_exec_time AS ms
       FROM pg_stat_statements
-     WHERE query LIKE '%ordered_events.shard_run_set%' OR query LIKE '%ordered_events.release_through%';
+     WHERE query LIKE '%ordered_events.shard_seq_bits%' OR query LIKE '%ordered_events.shard_release%';
 $$;
 SQL
 on single >/dev/null <<SQL
@@ -349,12 +353,15 @@ SELECT sum(a) AS accepted FROM (SELECT $from::bigint AS b) x,
       ARRAY(SELECT 'k' || (g % 1000) FROM generate_series(x.b, x.b + $k - 1) g),
       array_fill('{"n": 1}'::jsonb, ARRAY[$k])) a \\gset
 $(tag fetch)
-CREATE TEMP TABLE runs13 AS
-SELECT m FROM ordered_events_router.on_shards_runs('g13b', $from, 100000) m;
+CREATE TEMP TABLE bits13 AS
+SELECT b.seqs FROM ordered_events_router.on_shards_seq_bits('g13b', $from, 100000) b;
 $(tag union)
-SELECT ordered_events_router.contiguous_end(range_agg(m::int8multirange), $from) AS reach FROM runs13 \\gset
-SELECT count(*) AS runs FROM runs13, unnest(m::int8multirange) r \\gset
-DROP TABLE runs13;
+SELECT ordered_events_router.contiguous_end(
+           ordered_events.seq_bits_runs($from, array_agg(seqs)), $from) AS reach FROM bits13 \\gset
+SELECT sum(length(seqs)) AS bytes, count(*) AS answers FROM bits13 \\gset
+SELECT count(*) AS runs
+  FROM unnest((SELECT ordered_events.seq_bits_runs($from, array_agg(seqs)) FROM bits13)) r \\gset
+DROP TABLE bits13;
 SELECT count(*) AS reset FROM generate_series(0, ordered_events_router.shard_count() - 1) i,
   LATERAL bench_stats_reset(i) \\gset
 SELECT pg_stat_statements_reset() AS reset \\gset
@@ -363,6 +370,7 @@ $(tag combine)
 SELECT ordered_events_router.combine('g13b') AS moved \\gset
 SELECT split_part(pg_read_file('/proc/self/schedstat'), ' ', 1) AS cpu1 \\gset
 \\echo moved :moved accepted :accepted runs :runs reach :reach
+\\echo shipped :bytes bytes from :answers shards
 \\echo cpu :cpu0 :cpu1
 SQL
             [ "$r" = 0 ] || cat <<'SQL'
@@ -392,6 +400,7 @@ SQL
             if ($3 != shards) {print "13b: " $2 " called " $3 " times, not " shards > "/dev/stderr"; exit 1}
             printf "%s\t%s\t%.3f\n", k, $2, $4}' "$tmp/out.txt" >> "$out"
     sed -n 's/^moved.* runs \([0-9]*\) .*/\1/p' "$tmp/out.txt" | tail -n +2 | sed "s/^/$k\truns_returned\t/" >> "$out"
+    sed -n 's/^shipped \([0-9]*\) bytes.*/\1/p' "$tmp/out.txt" | tail -n +2 | sed "s/^/$k\tbytes_shipped\t/" >> "$out"
     # the router's statements in a combine step (pg_stat_statements.track
     # all), mean per step over the rounds, the longest first
     awk -F'|' -v k="$k" -v rounds="$ROUNDS_13B" '$1 == "rstat" {calls[$4] += $2; ms[$4] += $3}
@@ -421,7 +430,7 @@ for k in 100 1000 10000; do
     timings < "$tmp/out.txt" | sed "s/^/$k\t/" >> "$tmp/13b_single.txt"
 done
 # The router's side again with synchronous_commit off on the router and the
-# shards: what the WAL flushes of a step (each shard's release_through
+# shards: what the WAL flushes of a step (each shard's shard_release
 # commit, then the router's) cost on this machine.
 set_conf synchronous_commit off router shard0 shard1 shard2 shard3
 : > "$tmp/13b_async.txt"
@@ -436,22 +445,23 @@ col() {   # FILE K TAG: that column's values
 minus() { paste <(echo "$1") <(echo "$2") | awk '{printf "%.3f\n", $1 - $2}'; }
 idle=$(for k in 100 1000 10000; do col "$tmp/13b_router.txt" $k idle; done)
 info "13b combine step, nothing new (idle)" "$(median <<<"$idle")" ms \
-    "spread $(spread <<<"$idle"), n $(wc -l <<<"$idle"); one on_shards_runs call (RUN ON ALL), nothing to release, no transaction id"
+    "spread $(spread <<<"$idle"), n $(wc -l <<<"$idle"); one on_shards_seq_bits call (RUN ON ALL), nothing to release, no transaction id"
 for k in 100 1000 10000; do
     c=$(col "$tmp/13b_router.txt" "$k" combine)
     s=$(col "$tmp/13b_single.txt" "$k" release)
-    sr=$(col "$tmp/13b_router.txt" "$k" shard_runs)
-    rt=$(col "$tmp/13b_router.txt" "$k" release_through)
+    sr=$(col "$tmp/13b_router.txt" "$k" seq_bits)
+    rt=$(col "$tmp/13b_router.txt" "$k" release)
     un=$(col "$tmp/13b_router.txt" "$k" union)
     trips=$(minus "$(col "$tmp/13b_router.txt" "$k" fetch)" "$sr")
     rest=$(minus "$(minus "$(minus "$c" "$sr")" "$rt")" "$un")
     nruns=$(col "$tmp/13b_router.txt" "$k" runs_returned | median)
+    nbytes=$(col "$tmp/13b_router.txt" "$k" bytes_shipped | median)
     case $k in 10000) target=3 ;; 1000) target=5 ;; *) target=20 ;; esac
     report "13b combine step, k = $k events" "$(median <<<"$c")" "$(median <<<"$s")" ms "<=" "$target" \
         "$(spread <<<"$c")" "$(spread <<<"$s") (release() on one server)"
-    info "13b   shard_runs on the shards, k = $k" "$(median <<<"$sr")" ms "sum of $SHARDS calls' execution, $nruns runs returned; spread $(spread <<<"$sr")"
-    info "13b   release_through on the shards, k = $k" "$(median <<<"$rt")" ms "sum of $SHARDS calls' execution; spread $(spread <<<"$rt")"
-    info "13b   union of the runs on the router, k = $k" "$(median <<<"$un")" ms "range_agg + contiguous_end; spread $(spread <<<"$un")"
+    info "13b   shard_seq_bits on the shards, k = $k" "$(median <<<"$sr")" ms "sum of $SHARDS calls' execution, $nbytes bytes of bitmaps shipped; spread $(spread <<<"$sr")"
+    info "13b   shard_release on the shards, k = $k" "$(median <<<"$rt")" ms "sum of $SHARDS calls' execution; spread $(spread <<<"$rt")"
+    info "13b   union of the bitmaps on the router, k = $k" "$(median <<<"$un")" ms "seq_bits_runs ($nruns runs) + contiguous_end; spread $(spread <<<"$un")"
     info "13b   the rest, k = $k" "$(median <<<"$rest")" ms "2 RUN ON ALL calls (the shards at once), $SHARDS shard commits + the router's, PL/pgSQL; spread $(spread <<<"$rest")"
     rc=$(col "$tmp/13b_router.txt" "$k" router_cpu)
     info "13b   router backend CPU in the step, k = $k" "$(median <<<"$rc")" ms "schedstat of the router's backend (PL/Proxy's libpq included); spread $(spread <<<"$rc")"
@@ -488,20 +498,20 @@ call_ms() {   # CLUSTER SQL-EXPRESSION-OF-i: milliseconds a call
             RAISE NOTICE 'ms %', round((extract(epoch FROM clock_timestamp() - t0) * 1000 / 400)::numeric, 3);
         END \$\$" 2>&1 | sed -n 's/.*ms \([0-9.]*\)$/\1/p'
 }
-via=$(call_ms router "ordered_events_router.on_shard_runs(i % $SHARDS, 'g13b', 9000000000000000000, 1)")
-all=$(call_ms router "count(*) FROM ordered_events_router.on_shards_runs('g13b', 9000000000000000000, 1)")
-direct=$(call_ms shard0 "ordered_events.shard_run_set('g13b', 9000000000000000000, 1)")
-info "13b an empty on_shard_runs call via PL/Proxy" "$via" ms "the same shard_run_set call on a shard: $direct ms"
-info "13b an empty on_shards_runs call (RUN ON ALL, $SHARDS shards)" "$all" ms "one call, every shard at once"
+via=$(call_ms router "ordered_events_router.on_shard_seq_bits(i % $SHARDS, 'g13b', 9000000000000000000, 1)")
+all=$(call_ms router "count(*) FROM ordered_events_router.on_shards_seq_bits('g13b', 9000000000000000000, 1)")
+direct=$(call_ms shard0 "ordered_events.shard_seq_bits('g13b', 9000000000000000000, 1)")
+info "13b an empty on_shard_seq_bits call via PL/Proxy" "$via" ms "the same shard_seq_bits call on a shard: $direct ms"
+info "13b an empty on_shards_seq_bits call (RUN ON ALL, $SHARDS shards)" "$all" ms "one call, every shard at once"
 
 # the marginal cost of an event in a step: the slope from 1,000 to 10,000
 slope() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", (b - a) * 1000 / 9000}'; }
 info "13b marginal cost, 1,000 -> 10,000 events" "$(slope "$c_1000" "$c_10000")" us/event \
-    "shard_runs $(slope "$sr_1000" "$sr_10000"), release_through $(slope "$rt_1000" "$rt_10000"), union $(slope "$un_1000" "$un_10000"), rest $(slope "$rest_1000" "$rest_10000"); one server's release() $(slope "$s_1000" "$s_10000")"
+    "shard_seq_bits $(slope "$sr_1000" "$sr_10000"), shard_release $(slope "$rt_1000" "$rt_10000"), union $(slope "$un_1000" "$un_10000"), rest $(slope "$rest_1000" "$rest_10000"); one server's release() $(slope "$s_1000" "$s_10000")"
 lap 13b
 
 # --- 13c: gap fill -> release on every shard, the router's worker on --------------
-echo "13c. gap-fill commit -> release on every shard, router worker every 10 ms ($TRIALS_13C trials)"
+echo "13c. gap-fill commit -> release on every shard, router worker woken by the write (naptime 10 ms) ($TRIALS_13C trials)"
 # one key a shard: PL/Proxy runs a key on hashtext(key) & (shards - 1)
 mapfile -t keys < <(on router -Atc "
     SELECT DISTINCT ON (s) k FROM (SELECT 'k' || g AS k, hashtext('k' || g) & $((SHARDS - 1)) AS s

@@ -142,18 +142,29 @@ $$;
  * The calls of a combine step on every shard at once (RUN ON ALL: PL/Proxy
  * sends the query to every partition, then waits for them all), one row a
  * shard; an error if any shard fails, and the step then asks each shard in
- * turn to learn which.  A shard's seqs come as the text of one
- * int8multirange (PL/Proxy passes no multirange type): one value a shard,
- * cast on the router.
+ * turn to learn which.  A shard's seqs of the step's window come as a
+ * bitmap, a bit a seq (shard_seq_bits(), src/seq_bits.c), and the first
+ * seq it holds past the window.
  */
-CREATE FUNCTION ordered_events_router.on_shards_runs(
-    stream text, from_seq bigint, max_events integer)
-RETURNS SETOF text
+CREATE FUNCTION ordered_events_router.on_shards_seq_bits(
+    stream text, from_seq bigint, span integer, OUT seqs bytea, OUT next_seq bigint)
+RETURNS SETOF record
 LANGUAGE plproxy
 AS $$
     CLUSTER 'ordered_events_shards';
     RUN ON ALL;
-    SELECT ordered_events.shard_run_set($1, $2, $3)::text;
+    SELECT b.seqs, b.next_seq FROM ordered_events.shard_seq_bits($1, $2, $3) b;
+$$;
+
+CREATE FUNCTION ordered_events_router.on_shard_seq_bits(
+    shard integer, stream text, from_seq bigint, span integer,
+    OUT seqs bytea, OUT next_seq bigint)
+RETURNS record
+LANGUAGE plproxy
+AS $$
+    CLUSTER 'ordered_events_shards';
+    RUN ON shard;
+    SELECT b.seqs, b.next_seq FROM ordered_events.shard_seq_bits($2, $3, $4) b;
 $$;
 
 CREATE FUNCTION ordered_events_router.on_shards_skip(
@@ -166,28 +177,26 @@ AS $$
     SELECT 1 FROM ordered_events.shard_skip($1, $2, $3, $4);
 $$;
 
--- The events' largest event_ts is read in the statement's snapshot: the
--- events below through_seq were committed before it.
-CREATE FUNCTION ordered_events_router.on_shards_release_through(
-    stream text, from_seq bigint, through_seq bigint,
-    OUT released bigint, OUT max_event_ts timestamptz)
+-- A shard's release with the largest event_ts of its range after it.
+CREATE FUNCTION ordered_events_router.on_shards_release(
+    stream text, through_seq bigint, OUT released bigint, OUT max_event_ts timestamptz)
 RETURNS SETOF record
 LANGUAGE plproxy
 AS $$
     CLUSTER 'ordered_events_shards';
     RUN ON ALL;
-    SELECT ordered_events.release_through($1, $3) AS released,
-           ordered_events.shard_max_event_ts($1, $2, $3) AS max_event_ts;
+    SELECT r.released, r.max_event_ts FROM ordered_events.shard_release($1, $2) r;
 $$;
 
-CREATE FUNCTION ordered_events_router.on_shard_max_event_ts(
-    shard integer, stream text, from_seq bigint, through_seq bigint)
-RETURNS timestamptz
+CREATE FUNCTION ordered_events_router.on_shard_release(
+    shard integer, stream text, through_seq bigint,
+    OUT released bigint, OUT max_event_ts timestamptz)
+RETURNS record
 LANGUAGE plproxy
 AS $$
     CLUSTER 'ordered_events_shards';
     RUN ON shard;
-    SELECT ordered_events.shard_max_event_ts($2, $3, $4);
+    SELECT r.released, r.max_event_ts FROM ordered_events.shard_release($2, $3) r;
 $$;
 
 CREATE FUNCTION ordered_events_router.on_shard_skip(
@@ -254,16 +263,37 @@ $$;
 COMMENT ON FUNCTION ordered_events_router.key_hash(text) IS
     'The hash of a key that picks its shard (hashtext); an error for a NULL key';
 
-CREATE FUNCTION ordered_events_router.ingest(
-    stream text, seq bigint, key text, payload jsonb DEFAULT NULL,
-    event_ts timestamptz DEFAULT NULL, alignment_ts timestamptz DEFAULT NULL,
-    last_event boolean DEFAULT false)
+CREATE FUNCTION ordered_events_router.on_shard_ingest(
+    stream text, seq bigint, key text, payload jsonb, event_ts timestamptz,
+    alignment_ts timestamptz, last_event boolean)
 RETURNS ordered_events.outcome
 LANGUAGE plproxy
 AS $$
     CLUSTER 'ordered_events_shards';
     RUN ON ordered_events_router.key_hash(key);
     SELECT ordered_events.ingest($1, $2, $3, $4, $5, $6, $7);
+$$;
+
+/*
+ * One event to the shard of its key.  The router's worker is woken when
+ * the transaction commits, as a single server's is by a write: an event
+ * that fills a gap is combined at once, not at the next naptime.  It runs
+ * as the extension's owner, for on_shard_ingest() and the wake-up, as
+ * ingest_many() does; the shards see the user mapping's role.
+ */
+CREATE FUNCTION ordered_events_router.ingest(
+    stream text, seq bigint, key text, payload jsonb DEFAULT NULL,
+    event_ts timestamptz DEFAULT NULL, alignment_ts timestamptz DEFAULT NULL,
+    last_event boolean DEFAULT false)
+RETURNS ordered_events.outcome
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM ordered_events.wake_worker();
+    RETURN ordered_events_router.on_shard_ingest(stream, seq, key, payload, event_ts,
+                                                 alignment_ts, last_event);
+END;
 $$;
 COMMENT ON FUNCTION ordered_events_router.ingest(text, bigint, text, jsonb, timestamptz,
                                                  timestamptz, boolean) IS
@@ -314,6 +344,7 @@ BEGIN
     IF pg_catalog.cardinality(seqs) = 0 THEN
         RETURN;
     END IF;
+    PERFORM ordered_events.wake_worker();       -- at commit, as ingest()
     BEGIN
         RETURN QUERY SELECT * FROM ordered_events_router.on_shards_ingest(stream, seqs, keys,
                                                                           payloads);
@@ -486,38 +517,45 @@ COMMENT ON FUNCTION ordered_events_router.contiguous_end(int8multirange, bigint)
     'Where the contiguous range starting at range_end ends in a union of runs of seqs';
 
 /*
- * Every shard's seqs of a global stream above its range (their union),
- * with the runs the router skipped, which count as arrived; answered is
+ * Every shard's seqs of a global stream in the step's window, from the
+ * range's end on, max_release_batch seqs wide up to window_end (their
+ * union), with the runs the router skipped, which count as arrived;
+ * beyond is the first seq past the window any shard holds.  answered is
  * false if a shard did not answer: a seq that shard may hold is missing.
- * The shards are asked at once (on_shards_runs(), RUN ON ALL); if that
- * fails, each in turn, to note which shard failed and use the others.
- * all_at_once says the first way worked.
+ * The shards are asked at once (on_shards_seq_bits(), RUN ON ALL); if
+ * that fails, each in turn, to note which shard failed and use the
+ * others.  all_at_once says the first way worked.
  */
 CREATE FUNCTION ordered_events_router.gather_runs(
     s ordered_events_router.stream,
-    OUT runs int8multirange, OUT answered boolean, OUT all_at_once boolean)
+    OUT runs int8multirange, OUT window_end bigint, OUT beyond bigint,
+    OUT answered boolean, OUT all_at_once boolean)
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    held int8multirange;
+    bits bytea[];
+    held record;
 BEGIN
     answered := true;
     all_at_once := true;
+    window_end := least(s.range_end::numeric + s.max_release_batch, 9223372036854775807);
     BEGIN
-        runs := coalesce((SELECT pg_catalog.range_agg(r::int8multirange)
-                            FROM ordered_events_router.on_shards_runs(
-                                     s.stream, s.range_end, s.max_release_batch) r), '{}');
+        SELECT pg_catalog.array_agg(b.seqs), pg_catalog.min(b.next_seq) INTO bits, beyond
+          FROM ordered_events_router.on_shards_seq_bits(s.stream, s.range_end,
+                                                        s.max_release_batch) b;
     EXCEPTION WHEN OTHERS THEN
         all_at_once := false;
     END;
     IF NOT all_at_once THEN
-        runs := '{}';
+        bits := '{}';
+        beyond := NULL;
         FOR i IN 0 .. ordered_events_router.shard_count() - 1 LOOP
             BEGIN
-                held := ordered_events_router.on_shard_runs(i, s.stream, s.range_end,
-                                                            s.max_release_batch)::int8multirange;
-                runs := runs + held;
+                held := ordered_events_router.on_shard_seq_bits(i, s.stream, s.range_end,
+                                                                s.max_release_batch);
+                bits := bits || held.seqs;
+                beyond := least(beyond, held.next_seq);
                 PERFORM ordered_events_router.note_shard(i, NULL);
             EXCEPTION WHEN OTHERS THEN
                 PERFORM ordered_events_router.note_shard(i, SQLERRM);
@@ -525,6 +563,7 @@ BEGIN
             END;
         END LOOP;
     END IF;
+    runs := ordered_events.seq_bits_runs(s.range_end, coalesce(bits, '{}'));
     runs := runs + coalesce((SELECT pg_catalog.range_agg(int8range(k.gap_start, k.gap_end + 1))
                                FROM ordered_events_router.skip k
                               WHERE k.stream = s.stream AND k.gap_end >= s.range_end), '{}');
@@ -561,8 +600,7 @@ BEGIN
                                                                   sk.gap_end, sk.reason);
             END LOOP;
             SELECT pg_catalog.max(r.max_event_ts) INTO max_ts
-              FROM ordered_events_router.on_shards_release_through(s.stream, s.range_end,
-                                                                   new_end) r;
+              FROM ordered_events_router.on_shards_release(s.stream, new_end) r;
             UPDATE ordered_events_router.shard_stream x SET released_through = new_end
              WHERE x.stream = s.stream AND x.released_through < new_end;
             RETURN max_ts;
@@ -580,10 +618,8 @@ BEGIN
                 PERFORM ordered_events_router.on_shard_skip(st.shard, s.stream, sk.gap_start,
                                                             sk.gap_end, sk.reason);
             END LOOP;
-            PERFORM ordered_events_router.on_shard_release_through(st.shard, s.stream,
-                                                                   new_end);
-            max_ts := greatest(max_ts, ordered_events_router.on_shard_max_event_ts(
-                                           st.shard, s.stream, st.released_through, new_end));
+            max_ts := greatest(max_ts, (ordered_events_router.on_shard_release(
+                                            st.shard, s.stream, new_end)).max_event_ts);
             UPDATE ordered_events_router.shard_stream x SET released_through = new_end
              WHERE x.shard = st.shard AND x.stream = s.stream;
             PERFORM ordered_events_router.note_shard(st.shard, NULL);
@@ -637,7 +673,10 @@ BEGIN
     -- the gap at the end of the range: seen since when, skipped once timed out
     new_gap_start := s.gap_start;
     new_gap_seen := s.gap_first_seen;
-    next_start := lower(runs * int8multirange(int8range(new_end, NULL)));
+    -- the first seq held past the range's end, if the window tells
+    IF new_end < g.window_end THEN
+        next_start := least(lower(runs * int8multirange(int8range(new_end, NULL))), g.beyond);
+    END IF;
     IF next_start IS NULL THEN
         new_gap_start := NULL;
         new_gap_seen := NULL;
@@ -875,16 +914,19 @@ REVOKE EXECUTE ON FUNCTION
     ordered_events_router.on_shard_create_stream(integer, text, text, bigint, integer),
     ordered_events_router.on_shard_shard_stream(integer, text),
     ordered_events_router.on_shard_runs(integer, text, bigint, integer),
-    ordered_events_router.on_shards_runs(text, bigint, integer),
+    ordered_events_router.on_shards_seq_bits(text, bigint, integer),
+    ordered_events_router.on_shard_seq_bits(integer, text, bigint, integer),
     ordered_events_router.on_shards_skip(text, bigint, bigint, text),
-    ordered_events_router.on_shards_release_through(text, bigint, bigint),
-    ordered_events_router.on_shard_max_event_ts(integer, text, bigint, bigint),
+    ordered_events_router.on_shards_release(text, bigint),
+    ordered_events_router.on_shard_release(integer, text, bigint),
     ordered_events_router.on_shard_skip(integer, text, bigint, bigint, text),
     ordered_events_router.on_shard_release_through(integer, text, bigint),
     ordered_events_router.on_shard_released(integer, text, bigint, bigint, integer),
     ordered_events_router.ingest(text, bigint, text, jsonb, timestamptz, timestamptz, boolean),
     ordered_events_router.ingest_many(text, bigint[], text[], jsonb[]),
     ordered_events_router.on_shards_ingest(text, bigint[], text[], jsonb[]),
+    ordered_events_router.on_shard_ingest(text, bigint, text, jsonb, timestamptz, timestamptz,
+                                          boolean),
     ordered_events_router.create_stream(text, text, bigint, text, interval, integer),
     ordered_events_router.note_shard(integer, text),
     ordered_events_router.global_stream_or_error(text, boolean),

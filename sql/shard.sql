@@ -10,6 +10,39 @@ SELECT ordered_events.ingest_array('sh', ARRAY[1, 2, 4, 7, 8, 9]::bigint[],
                                    ARRAY['{"n": 1}', NULL, NULL, NULL, NULL, NULL]::jsonb[]);
 SELECT run_start, run_end FROM ordered_events.shard_runs('sh', 1, 100);
 SELECT run_start, run_end FROM ordered_events.shard_runs('sh', 3, 2);
+-- the same as the router's combine step asks: a bit a seq of a window, and
+-- the first seq held past it; the router ORs the shards' bitmaps
+SELECT seqs, next_seq FROM ordered_events.shard_seq_bits('sh', 1, 8);
+SELECT seqs, next_seq FROM ordered_events.shard_seq_bits('sh', 1, 9);
+SELECT seqs, next_seq FROM ordered_events.shard_seq_bits('sh', 3, 1);
+SELECT seqs, next_seq FROM ordered_events.shard_seq_bits('sh', 10, 100);
+SELECT ordered_events.seq_bits_runs(1, ARRAY[(ordered_events.shard_seq_bits('sh', 1, 100)).seqs]);
+SELECT ordered_events.seq_bits_runs(1, ARRAY['\x0b', '\x3401', NULL, '\x']::bytea[]);
+SELECT ordered_events.seq_bits_runs(100, ARRAY['\xff00ff', '\x00ff']::bytea[]);
+SELECT ordered_events.seq_bits_runs(-8, ARRAY['\x80']::bytea[]), ordered_events.seq_bits_runs(5, '{}');
+-- the same as bit strings: bit i of a byte is seq from_seq + 8 * byte + i
+SELECT bool_and(ordered_events.seq_bits_runs(0, ARRAY[b]) =
+                (SELECT coalesce(range_agg(int8range(i, i + 1)), '{}')
+                   FROM generate_series(0, 15) i
+                  WHERE get_bit(b, i) = 1)) AS bits_are_seqs
+  FROM (SELECT decode(lpad(to_hex(n), 4, '0'), 'hex') AS b FROM generate_series(0, 65535, 257) n) x;
+-- and the union of several: 300 random sets of 1 to 4 bitmaps of 0 to 6
+-- bytes (a byte all clear, all set or random), from a seq around 0, against
+-- the seqs of every set bit
+SELECT count(*) AS sets,
+       count(*) FILTER (WHERE ordered_events.seq_bits_runs(x.from_seq, x.bits) IS DISTINCT FROM
+                        (SELECT coalesce(range_agg(int8range(x.from_seq + i, x.from_seq + i + 1)), '{}')
+                           FROM unnest(x.bits) b, generate_series(0, length(b) * 8 - 1) i
+                          WHERE get_bit(b, i) = 1)) AS wrong
+  FROM (SELECT t, (t % 21) - 10 AS from_seq, array_agg(b ORDER BY m) AS bits
+          FROM (SELECT t, m, decode(string_agg(lpad(to_hex(CASE (t * 7 + m * 3 + k) % 3
+                                                             WHEN 0 THEN 0 WHEN 1 THEN 255
+                                                             ELSE floor(random() * 256)::integer END),
+                                                        2, '0'), '' ORDER BY k), 'hex') AS b
+                  FROM generate_series(1, 300) t, generate_series(1, 1 + t % 4) m,
+                       generate_series(1, (t + m) % 7) k
+                 GROUP BY t, m) y
+         GROUP BY t) x;
 
 -- its own release steps never move its range
 SELECT ordered_events.release('sh');
@@ -22,6 +55,11 @@ SELECT range_end, released_count, pending_count
   FROM ordered_events.stream_stats WHERE stream = 'sh';
 -- again, or lower: nothing more
 SELECT ordered_events.release_through('sh', 7), ordered_events.release_through('sh', 5);
+-- as the router's step asks it: with the largest event_ts of the range
+SELECT released, max_event_ts = (SELECT max(event_ts) FROM ordered_events.released
+                                  WHERE stream = 'sh') AS is_max
+  FROM ordered_events.shard_release('sh', 7);
+SELECT seqs, next_seq FROM ordered_events.shard_seq_bits('sh', 7, 4);
 
 -- a skip of the router, then a late event of it
 SELECT ordered_events.shard_skip('sh', 10, 11, 'lost on the router');
@@ -48,6 +86,18 @@ SELECT ordered_events.shard_stream('sh_done');
 SELECT ordered_events.release_through('sh_done', 5);
 SELECT ordered_events.shard_skip('sh_done', 5, 6, 'x');
 SELECT ordered_events.release_through('sh', NULL);
+SELECT ordered_events.shard_release('sh', NULL);
+SELECT ordered_events.shard_release('sh_done', 5);
+SELECT ordered_events.shard_seq_bits('sh', NULL, 10);
+SELECT ordered_events.shard_seq_bits('sh', 1, NULL);
+SELECT ordered_events.shard_seq_bits('sh', 1, 0);
+SELECT ordered_events.shard_seq_bits('sh', 1, 134217729);
+SELECT ordered_events.shard_seq_bits('sh_done', 1, 10);
+SELECT ordered_events.shard_seq_bits(NULL, 1, 10);
+SELECT ordered_events.seq_bits_runs(NULL, '{}');
+SELECT ordered_events.seq_bits_runs(1, NULL);
+SELECT ordered_events.seq_bits_runs(9223372036854775800, ARRAY['\xff01']::bytea[]);
+SELECT ordered_events.seq_bits_runs(1, ARRAY[decode(repeat('00', 16777217), 'hex')]);
 SELECT ordered_events.skip_gap('sh', 20, 'not here');
 SELECT ordered_events.alter_stream('sh', gap_policy => 'timeout', gap_timeout => '1 s');
 \set VERBOSITY default

@@ -28,31 +28,69 @@
 #include "ordered_events.h"
 
 #include "catalog/pg_type.h"
+#include "funcapi.h"
 #include "miscadmin.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/snapmgr.h"
+#include "utils/timestamp.h"
 
-/* The body of release_through(): "arg" is the end, exclusive. */
+/* What a release to a router's end asks and gives back. */
+typedef struct ThroughArg
+{
+	int64		through;		/* the end, exclusive */
+	TimestampTz max_event_ts;	/* the lane's largest event_ts released */
+	bool		max_event_ts_valid;
+} ThroughArg;
+
+/* The body of release_through() and shard_release(). */
 static int64
 release_through_body(OeStepRun *run, void *arg)
 {
-	int64		through = *(const int64 *) arg;
+	ThroughArg *ta = arg;
 	OeLane		lane;
 	Snapshot	snapshot;
 
 	oe_load_lane(&lane, &run->stream, oe_lane_of(&run->stream, NULL), &run->step);
-	if (through <= lane.range_end)
-		return 0;
-	snapshot = RegisterSnapshot(GetLatestSnapshot());
-	oe_walk_lane_through(&lane, through, snapshot);
-	UnregisterSnapshot(snapshot);
-	oe_save_lane(&lane);
-	run->notify = psprintf("%s:" INT64_FORMAT, run->stream.name, lane.range_end);
+	if (ta->through > lane.range_end)
+	{
+		snapshot = RegisterSnapshot(GetLatestSnapshot());
+		oe_walk_lane_through(&lane, ta->through, snapshot);
+		UnregisterSnapshot(snapshot);
+		oe_save_lane(&lane);
+		run->notify = psprintf("%s:" INT64_FORMAT, run->stream.name, lane.range_end);
+	}
+	ta->max_event_ts = lane.max_event_ts;
+	ta->max_event_ts_valid = lane.max_event_ts_valid;
 	return lane.released;
 }
 
 static const OeStepKind through_step = {.settle = true, .body = release_through_body};
+
+/* Release the sharded stream of argument 0 below argument 1, as the router asks. */
+static int64
+release_to_router_end(FunctionCallInfo fcinfo, ThroughArg *ta)
+{
+	OeStream	stream = oe_stream_arg(fcinfo, 0);
+	int64		released;
+
+	oe_check_not_null(fcinfo, 1, "through_seq");
+	ta->through = PG_GETARG_INT64(1);
+	ta->max_event_ts_valid = false;
+	PreventCommandIfReadOnly("release_through()");
+	if (!stream.sharded)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("stream \"%s\" is not sharded", stream.name),
+				 errhint("Only a global stream made a shard's part with ordered_events.shard_stream() takes its range from a router.")));
+
+	released = oe_run_step(&stream, &through_step, ta);
+
+	/* Handlers may have events to apply now: wake the worker at commit. */
+	if (released > 0)
+		oe_note_events_written();
+	return released;
+}
 
 /*
  * release_through(stream text, through_seq bigint) returns bigint
@@ -64,25 +102,35 @@ PG_FUNCTION_INFO_V1(oe_release_through);
 Datum
 oe_release_through(PG_FUNCTION_ARGS)
 {
-	OeStream	stream = oe_stream_arg(fcinfo, 0);
-	int64		through;
-	int64		released;
+	ThroughArg	ta;
 
-	oe_check_not_null(fcinfo, 1, "through_seq");
-	through = PG_GETARG_INT64(1);
-	PreventCommandIfReadOnly("release_through()");
-	if (!stream.sharded)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("stream \"%s\" is not sharded", stream.name),
-				 errhint("Only a global stream made a shard's part with ordered_events.shard_stream() takes its range from a router.")));
+	PG_RETURN_INT64(release_to_router_end(fcinfo, &ta));
+}
 
-	released = oe_run_step(&stream, &through_step, &through);
+/*
+ * shard_release(stream text, through_seq bigint,
+ *				 OUT released bigint, OUT max_event_ts timestamptz)
+ *
+ * release_through(), and the largest event_ts the shard's range holds
+ * after it (NULL before anything is released): what the router's step
+ * needs for the global range's max_event_ts, without reading the events
+ * again.
+ */
+PG_FUNCTION_INFO_V1(oe_shard_release);
+Datum
+oe_shard_release(PG_FUNCTION_ARGS)
+{
+	ThroughArg	ta;
+	TupleDesc	desc;
+	Datum		values[2];
+	bool		nulls[2] = {false, false};
 
-	/* Handlers may have events to apply now: wake the worker at commit. */
-	if (released > 0)
-		oe_note_events_written();
-	PG_RETURN_INT64(released);
+	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "shard_release() must return a record");
+	values[0] = Int64GetDatum(release_to_router_end(fcinfo, &ta));
+	values[1] = TimestampTzGetDatum(ta.max_event_ts);
+	nulls[1] = !ta.max_event_ts_valid;
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values, nulls)));
 }
 
 /* The error for a NULL array of a batch. */

@@ -138,36 +138,36 @@ COMMENT ON FUNCTION ordered_events.shard_run_set(text, bigint, integer) IS
     'The seqs a shard holds of a sharded stream from from_seq on, among its first max_events events, as one multirange';
 REVOKE EXECUTE ON FUNCTION ordered_events.shard_run_set(text, bigint, integer) FROM PUBLIC;
 /*
- * The largest event_ts of a shard's events with seqs from from_seq up to
- * through_seq (exclusive): the router asks it with release_through() of
- * the same seqs, for the global stream's max_event_ts.  It reads only.
+ * The seqs of a window a shard holds, as a bitmap (src/seq_bits.c): what
+ * the router's combine step ORs with the other shards' (seq_bits_runs()).
  */
-CREATE FUNCTION ordered_events.shard_max_event_ts(stream text, from_seq bigint,
-                                                  through_seq bigint)
-RETURNS timestamptz
-LANGUAGE plpgsql STABLE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    d ordered_events.stream_def;
-BEGIN
-    IF stream IS NULL OR from_seq IS NULL OR through_seq IS NULL THEN
-        RAISE EXCEPTION 'stream, from_seq and through_seq must not be null'
-            USING ERRCODE = 'null_value_not_allowed',
-                  HINT = 'The router passes the seqs it releases: from the shard''s released_through to the new end.';
-    END IF;
-    d := ordered_events.stream_or_error(stream);
-    IF NOT d.sharded THEN
-        RAISE EXCEPTION 'stream "%" is not sharded', stream
-            USING ERRCODE = 'object_not_in_prerequisite_state',
-                  HINT = 'Only a sharded stream is combined by a router.';
-    END IF;
-    RETURN (SELECT pg_catalog.max(e.event_ts) FROM ordered_events.event_store e
-             WHERE e.stream_id = d.stream_id
-               AND e.lane = '' AND e.seq >= shard_max_event_ts.from_seq
-               AND e.seq < shard_max_event_ts.through_seq);
-END;
-$$;
-COMMENT ON FUNCTION ordered_events.shard_max_event_ts(text, bigint, bigint) IS
-    'The largest event_ts of a shard''s events of a sharded stream from from_seq up to through_seq (exclusive)';
-REVOKE EXECUTE ON FUNCTION ordered_events.shard_max_event_ts(text, bigint, bigint) FROM PUBLIC;
+CREATE FUNCTION ordered_events.shard_seq_bits(stream text, from_seq bigint, span integer,
+                                              OUT seqs bytea, OUT next_seq bigint)
+RETURNS record
+LANGUAGE c STABLE
+AS 'MODULE_PATHNAME', 'oe_shard_seq_bits';
+COMMENT ON FUNCTION ordered_events.shard_seq_bits(text, bigint, integer) IS
+    'The seqs from_seq .. from_seq + span - 1 a shard holds of a sharded stream, a bit each, and the first it holds past them';
+REVOKE EXECUTE ON FUNCTION ordered_events.shard_seq_bits(text, bigint, integer) FROM PUBLIC;
+/*
+ * The union of the shards' bitmaps of one window, as runs: the router's
+ * side of shard_seq_bits().  It reads nothing, so PUBLIC may call it.
+ */
+CREATE FUNCTION ordered_events.seq_bits_runs(from_seq bigint, seqs bytea[])
+RETURNS int8multirange
+LANGUAGE c IMMUTABLE PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'oe_seq_bits_runs';
+COMMENT ON FUNCTION ordered_events.seq_bits_runs(bigint, bytea[]) IS
+    'The seqs any of the bitmaps shard_seq_bits() returned from from_seq holds, as runs';
+/*
+ * release_through(), and the largest event_ts of the shard's range after
+ * it: what the router needs for the global range's max_event_ts.
+ */
+CREATE FUNCTION ordered_events.shard_release(stream text, through_seq bigint,
+                                             OUT released bigint, OUT max_event_ts timestamptz)
+RETURNS record
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'oe_shard_release';
+COMMENT ON FUNCTION ordered_events.shard_release(text, bigint) IS
+    'Release a sharded stream''s events below through_seq; returns how many, and the largest event_ts of its range';
+REVOKE EXECUTE ON FUNCTION ordered_events.shard_release(text, bigint) FROM PUBLIC;

@@ -60,7 +60,7 @@ SELECT functions_are('ordered_events', ARRAY[
     'skip_gap', 'gaps', 'blockers', 'compact',
     -- a shard's part of a sharded stream (docs/sharding.md)
     'shard_stream', 'shard_runs', 'release_through', 'shard_skip', 'ingest_array',
-    'check_event_batch', 'shard_run_set', 'shard_max_event_ts',
+    'check_event_batch', 'shard_run_set', 'shard_seq_bits', 'seq_bits_runs', 'shard_release',
     -- consumers
     'create_consumer', 'drop_consumer', 'subscribe', 'unsubscribe', 'read', 'peek',
     'key_partition',

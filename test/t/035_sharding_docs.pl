@@ -107,7 +107,8 @@ GRANT EXECUTE ON FUNCTION
     ordered_events.ingest_array(text, bigint[], text[], jsonb[]),
     ordered_events.shard_runs(text, bigint, integer),
     ordered_events.shard_run_set(text, bigint, integer),
-    ordered_events.shard_max_event_ts(text, bigint, bigint),
+    ordered_events.shard_seq_bits(text, bigint, integer),
+    ordered_events.shard_release(text, bigint),
     ordered_events.release_through(text, bigint),
     ordered_events.shard_skip(text, bigint, bigint, text)
   TO oe_router;
@@ -256,14 +257,14 @@ my @shard_down = statements(<<'SQL');
 SELECT ordered_events_router.ingest('orders', 9, 'key1', '{"op": "create"}');
 --  accepted
 SELECT ordered_events_router.ingest('orders', 8, 'key2', '{"op": "refund"}');
---  ERROR:  PL/Proxy function ordered_events_router.ingest(7): [shard1] ...: connection to server ... failed: ...
+--  ERROR:  PL/Proxy function ordered_events_router.on_shard_ingest(7): [shard1] ...: connection to server ... failed: ...
 SELECT ordered_events_router.combine('orders');
 --  0
 SELECT stream, range_end FROM ordered_events_router.ranges;
 --  orders | 8
 SELECT shard, failing, min_released_through, last_error FROM ordered_events_router.shard_status;
 --  0 | f | 8 |
---  1 | t | 8 | PL/Proxy function ordered_events_router.on_shard_runs(4): [shard1] ...: connection to server ... failed: ...
+--  1 | t | 8 | PL/Proxy function ordered_events_router.on_shard_seq_bits(4): [shard1] ...: connection to server ... failed: ...
 SQL
 is(scalar @shard_down, 5, 'shard down: the block has five statements');
 # "With shard 1 stopped"
@@ -272,14 +273,14 @@ is(on_router($shard_down[0]), 'accepted', 'shard down: 9 of key1 accepted on sha
 ($ret, $stdout, $stderr) = $router->psql('router', "SET ROLE producer;\n$shard_down[1]");
 isnt($ret, 0, 'shard down: 8 of key2 is refused');
 like( $stderr,
-	qr/ERROR:  PL\/Proxy function ordered_events_router\.ingest\(7\): \[shard1\] \w+: connection to server .* failed: /,
+	qr/ERROR:  PL\/Proxy function ordered_events_router\.on_shard_ingest\(7\): \[shard1\] \w+: connection to server .* failed: /,
 	'shard down: PL/Proxy could not connect to shard1');
 is(on_router($shard_down[2]), '0', 'shard down: combine() does not move the range');
 is(on_router($shard_down[3]), 'orders|8', 'shard down: the range holds at 8');
 my @status = split /\n/, on_router($shard_down[4]);
 is($status[0], '0|f|8|', 'shard down: shard 0 answers');
 like( $status[1],
-	qr/^1\|t\|8\|PL\/Proxy function ordered_events_router\.on_shard_runs\(4\): \[shard1\] \w+: connection to server .* failed: /,
+	qr/^1\|t\|8\|PL\/Proxy function ordered_events_router\.on_shard_seq_bits\(4\): \[shard1\] \w+: connection to server .* failed: /,
 	'shard down: shard 1 is failing, with its error');
 
 my @shard_back = statements(<<'SQL');
@@ -438,7 +439,7 @@ is(on_router($recipe[2]), '', 'recipe: nothing from 12 on yet');
 
 my @lag = statements(<<'SQL');
 -- on shard1
-REVOKE EXECUTE ON FUNCTION ordered_events.release_through(text, bigint) FROM oe_router;
+REVOKE EXECUTE ON FUNCTION ordered_events.shard_release(text, bigint) FROM oe_router;
 -- on the router
 SELECT ordered_events_router.ingest('orders', 12, 'key1'), ordered_events_router.ingest('orders', 13, 'key2');
 SELECT ordered_events_router.combine('orders');
@@ -448,9 +449,9 @@ SELECT range_end, released_end FROM ordered_events_router.ranges WHERE stream = 
 SELECT seq, key, skipped_through FROM ordered_events_router.released('orders', 12, 100);
 --  (no rows)                                       a lag: ask again later, from 12
 SELECT shard, failing, last_error FROM ordered_events_router.shard_status WHERE failing;
---  1 | t | ordered_events_router.on_shard_release_through(3): [shard1] REMOTE ERROR: permission denied for function release_through
+--  1 | t | ordered_events_router.on_shard_release(3): [shard1] REMOTE ERROR: permission denied for function shard_release
 -- on shard1
-GRANT EXECUTE ON FUNCTION ordered_events.release_through(text, bigint) TO oe_router;
+GRANT EXECUTE ON FUNCTION ordered_events.shard_release(text, bigint) TO oe_router;
 -- on the router: the next combine step releases shard 1
 SELECT ordered_events_router.combine('orders');
 --  0
@@ -465,7 +466,7 @@ is(on_router($lag[2]), '2', 'lag: the range moves 2 seqs');
 is(on_router($lag[3], 'reader'), '14|12', 'lag: the reader sees the range at 14, released below 12');
 is(on_router($lag[4]), '', 'lag: released() from 12 returns nothing');
 is( on_router($lag[5], 'reader'),
-	'1|t|ordered_events_router.on_shard_release_through(3): [shard1] REMOTE ERROR: permission denied for function release_through',
+	'1|t|ordered_events_router.on_shard_release(3): [shard1] REMOTE ERROR: permission denied for function shard_release',
 	'lag: the reader sees shard 1 failing, and why');
 is( run('shard0', q{SELECT range_end FROM ordered_events.ranges WHERE stream = 'orders'}),
 	'14', 'lag: shard 0 released 12');

@@ -6,7 +6,7 @@
 # router has no worker until the last part: every combine step is run by
 # hand, so each test knows what the router saw.
 #
-# - A lagging shard (its grant of release_through() to the router revoked):
+# - A lagging shard (its grant of shard_release() to the router revoked):
 #   the reader of the page's recipe reads nothing the lagging shard has not
 #   released, tells the lag from a skip (ranges.released_end, shard_status,
 #   a row for each skipped run), and once the grant is back reads every
@@ -14,7 +14,8 @@
 # - A shard down longer than the gap timeout (its stored clock moved back
 #   past it): the first combine step after the outage skips nothing, the
 #   producer's retry of the seq it could not write is accepted, and the
-#   gap's clock, started again, runs while every shard answers.
+#   gap's clock, started again, runs while every shard answers.  A step
+#   looks at a window of max_release_batch seqs: a gap past it is seen too.
 # - Bad batches through ingest_many(): a NULL seq or key, arrays of
 #   different lengths, a key over the limit, an unknown stream, a NULL or
 #   two-dimensional array: the SQLSTATE a single server gives, and nothing
@@ -32,8 +33,10 @@
 #   router's worker, which records no error.
 # - A combine step with nothing new writes nothing: no transaction id on
 #   the router, no release step on a shard.  The shard side of the step
-#   (shard_run_set(), shard_max_event_ts()): its errors, and who may call
-#   it.
+#   (shard_seq_bits(), shard_release(), and shard_run_set() of
+#   skip_gap()): their errors, and who may call them.
+# - A write through the router (ingest(), ingest_many()) wakes the router's
+#   worker at its commit: with a naptime of an hour, a fill is combined.
 
 use strict;
 use warnings;
@@ -58,7 +61,8 @@ my $shard_grants = q{
 	    ordered_events.ingest_array(text, bigint[], text[], jsonb[]),
 	    ordered_events.shard_runs(text, bigint, integer),
 	    ordered_events.shard_run_set(text, bigint, integer),
-	    ordered_events.shard_max_event_ts(text, bigint, bigint),
+	    ordered_events.shard_seq_bits(text, bigint, integer),
+	    ordered_events.shard_release(text, bigint),
 	    ordered_events.release_through(text, bigint),
 	    ordered_events.shard_skip(text, bigint, bigint, text)
 	  TO oe_router;
@@ -194,7 +198,7 @@ is($next, 5, 'lag: and goes on from 5');
 
 # A DBA's mistake: shard 1 may no longer release for the router.
 $shards[1]->safe_psql('postgres',
-	'REVOKE EXECUTE ON FUNCTION ordered_events.release_through(text, bigint) FROM oe_router');
+	'REVOKE EXECUTE ON FUNCTION ordered_events.shard_release(text, bigint) FROM oe_router');
 is(ingest('lag', 6 .. 12), join("\n", ('accepted') x 7), 'lag: 6..12 accepted, 5 missing');
 is(combine('lag'), 0, 'lag: the range waits at 5');
 is( router_sql(q{SELECT ordered_events_router.skip_gap('lag', 5, 'lost upstream')}),
@@ -204,7 +208,7 @@ is( router_sql(q{SELECT range_end, released_end FROM ordered_events_router.range
 	'13|5', 'lag: the range is at 13, released only below 5 on every shard (the reader sees it)');
 like( router_sql(q{SELECT shard, failing, min_released_through, last_error
                      FROM ordered_events_router.shard_status WHERE shard = 1}, 'reader'),
-	qr/^1\|t\|5\|.*permission denied for function release_through/,
+	qr/^1\|t\|5\|.*permission denied for function shard_release/,
 	'lag: shard_status shows shard 1 failing to release (the reader sees it)');
 is(router_sql(q{SELECT count(*) FROM ordered_events_router.released('lag', 5, 3)}, 'reader'),
 	0, 'lag: released() from 5 returns nothing while shard 1 lags');
@@ -213,7 +217,7 @@ is(scalar(@read) . "/$next", '4/5', 'lag: the reader read nothing more and stays
 
 # The grant is back: the next step releases shard 1, the reader reads on.
 $shards[1]->safe_psql('postgres',
-	'GRANT EXECUTE ON FUNCTION ordered_events.release_through(text, bigint) TO oe_router');
+	'GRANT EXECUTE ON FUNCTION ordered_events.shard_release(text, bigint) TO oe_router');
 is(combine('lag'), 0, 'lag: the next combine step moves no range');
 is( router_sql(q{SELECT range_end, released_end FROM ordered_events_router.ranges WHERE stream = 'lag'}),
 	'13|13', 'lag: but releases shard 1 through 13');
@@ -264,7 +268,7 @@ router_sql(q{
 	 WHERE stream = 'outage'});
 is(combine('outage'), 0, 'outage: still down, still held');
 like( error_of($router, "SELECT ordered_events_router.ingest('outage', 2, '$key1')", 'producer'),
-	qr/^XX000: PL\/Proxy function ordered_events_router\.ingest\(7\): .*connection to server .* failed/,
+	qr/^XX000: PL\/Proxy function ordered_events_router\.on_shard_ingest\(7\): .*connection to server .* failed/,
 	'outage: the producer cannot write 2, of a key of shard 1, while shard 1 is down');
 $shards[1]->start;
 is(combine('outage'), 0, 'outage: the first step after it skips nothing');
@@ -291,6 +295,32 @@ is(combine('outage'), 2, 'outage: every shard answering, the timed-out gap at 4 
 is( router_sql(q{SELECT gap_start, gap_end, reason FROM ordered_events_router.skip
                   WHERE stream = 'outage'}),
 	'4|4|gap_timeout 01:00:00 expired', 'outage: the skip of 4 is recorded');
+
+# A step looks at max_release_batch seqs from the range's end (the shards'
+# bitmaps of that window): a full window moves the range that far and
+# judges no gap; a gap whose next seq lies past the window is seen, and
+# times out, as any other.
+router_sql(q{SELECT ordered_events_router.create_stream('window', max_release_batch => 3,
+                                                        gap_policy => 'timeout',
+                                                        gap_timeout => '1 hour')});
+is(ingest('window', 1 .. 5, 9), join("\n", ('accepted') x 6), 'window: 1..5 and 9 accepted');
+is(combine('window'), 3, 'window: a step moves the range 3 seqs, its window');
+is( router_sql(q{SELECT range_end, gap_start IS NULL FROM ordered_events_router.stream
+                  WHERE stream = 'window'}),
+	'4|t', 'window: a full window judges no gap');
+is(combine('window'), 2, 'window: the next step reaches 6');
+is( router_sql(q{SELECT gap_start FROM ordered_events_router.stream WHERE stream = 'window'}),
+	'6', 'window: the gap at 6 is seen, 9 past the window');
+router_sql(q{
+	UPDATE ordered_events_router.stream
+	   SET gap_first_seen = gap_first_seen - interval '2 hours'
+	 WHERE stream = 'window'});
+is(combine('window'), 3, 'window: the timed-out gap 6..8 is skipped');
+is(combine('window'), 1, 'window: and 9 released');
+is( router_sql(q{SELECT gap_start, gap_end FROM ordered_events_router.skip WHERE stream = 'window'}),
+	'6|8', 'window: the skip of 6..8 is recorded');
+is( released_on_shards('window'), join(',', map { "$_:$key[$_ % 2]" } 1 .. 5, 9),
+	'window: 1..5 and 9 released once each');
 
 #
 # 3. Bad batches: the error a single server gives, nothing written anywhere.
@@ -422,7 +452,7 @@ for my $role ('reader', 'reader_member')
 	is( router_sql(q{SELECT count(*) FROM ordered_events_router.released('batch', 1)}, $role)
 		  . '/' . router_sql(q{SELECT count(*) FROM ordered_events_router.ranges}, $role)
 		  . '/' . router_sql(q{SELECT count(*) FROM ordered_events_router.shard_status}, $role),
-		'4/5/2', "grants: $role reads released(), ranges and shard_status");
+		'4/6/2', "grants: $role reads released(), ranges and shard_status");
 	like( error_of($router, "SELECT ordered_events_router.ingest('batch', 20, '$key0')", $role),
 		qr/^42501: permission denied for function ingest/, "grants: $role may not ingest()");
 }
@@ -512,19 +542,53 @@ is(error_of($shards[0], q{SELECT ordered_events.shard_run_set('plain', 1, 10)}),
 	'55000: stream "plain" is not sharded', 'shard: shard_run_set() of a stream not sharded');
 like(error_of($shards[0], q{SELECT ordered_events.shard_run_set('nosuch', 1, 10)}),
 	qr/^42704: /, 'shard: shard_run_set() of no stream');
-is(error_of($shards[0], q{SELECT ordered_events.shard_max_event_ts('lag', 1, NULL)}),
-	'22004: stream, from_seq and through_seq must not be null', 'shard: shard_max_event_ts() of NULL');
-is(error_of($shards[0], q{SELECT ordered_events.shard_max_event_ts('plain', 1, 10)}),
-	'55000: stream "plain" is not sharded', 'shard: shard_max_event_ts() of a stream not sharded');
+is(error_of($shards[0], q{SELECT ordered_events.shard_seq_bits('lag', NULL, 10)}),
+	'22004: from_seq must not be null', 'shard: shard_seq_bits() of NULL');
+is(error_of($shards[0], q{SELECT ordered_events.shard_seq_bits('lag', 1, 0)}),
+	'22023: span must be between 1 and 134217728', 'shard: shard_seq_bits() of no seqs');
+is(error_of($shards[0], q{SELECT ordered_events.shard_seq_bits('plain', 1, 10)}),
+	'55000: stream "plain" is not sharded', 'shard: shard_seq_bits() of a stream not sharded');
+is(error_of($shards[0], q{SELECT ordered_events.shard_release('lag', NULL)}),
+	'22004: through_seq must not be null', 'shard: shard_release() of NULL');
+is(error_of($shards[0], q{SELECT ordered_events.shard_release('plain', 10)}),
+	'55000: stream "plain" is not sharded', 'shard: shard_release() of a stream not sharded');
 is(error_of($shards[0], q{SELECT ordered_events.shard_run_set('lag', 1, 10)}, 'nobody_25'),
 	'42501: permission denied for function shard_run_set', 'shard: another role may not call shard_run_set()');
-is(error_of($shards[0], q{SELECT ordered_events.shard_max_event_ts('lag', 1, 10)}, 'nobody_25'),
-	'42501: permission denied for function shard_max_event_ts', 'shard: nor shard_max_event_ts()');
+is(error_of($shards[0], q{SELECT ordered_events.shard_seq_bits('lag', 1, 10)}, 'nobody_25'),
+	'42501: permission denied for function shard_seq_bits', 'shard: nor shard_seq_bits()');
+is(error_of($shards[0], q{SELECT ordered_events.shard_release('lag', 1)}, 'nobody_25'),
+	'42501: permission denied for function shard_release', 'shard: nor shard_release()');
 is($shards[0]->safe_psql('postgres', q{SET ROLE oe_router;
 	SELECT ordered_events.shard_run_set('lag', 1, 3) IS NOT NULL,
-	       ordered_events.shard_max_event_ts('lag', 1, 1) IS NULL}),
-	't|t', 'shard: the router\'s role calls both (nothing below 1: NULL)');
+	       (ordered_events.shard_seq_bits('lag', 1, 3)).seqs IS NOT NULL,
+	       (ordered_events.shard_release('lag', 1)).released}),
+	't|t|0', 'shard: the router\'s role calls them (below 1: nothing to release)');
 
 $producer->quit;
+
+#
+# 8. A write through the router wakes the router's worker at its commit
+#    (issue 25, speed): with a naptime of an hour, the worker combines a
+#    fill written by ingest_many(), and then an event of ingest(), at once.
+#
+$router->append_conf('postgresql.conf', 'ordered_events.naptime = 3600000');
+$router->restart;
+ok( $router->poll_query_until('postgres', q{
+	SELECT cycles >= 1 FROM ordered_events.worker_status
+	 WHERE database = 'postgres' AND kind = 'release'}),
+	'wake: the router\'s worker ran its first cycle, and waits an hour for the next');
+router_sql(q{SELECT ordered_events_router.create_stream('wake')});
+is(ingest('wake', 2), 'accepted', 'wake: 2 is written, 1 is missing');
+is( router_sql(q{
+	SELECT ordered_events_router.ingest_many('wake', ARRAY[1], ARRAY['k'], ARRAY[NULL]::jsonb[])},
+	'producer'), '1', 'wake: ingest_many() writes the fill');
+ok( $router->poll_query_until('postgres', q{
+	SELECT released_end FROM ordered_events_router.ranges WHERE stream = 'wake'}, 3),
+	'wake: the worker combined the fill and released it on every shard');
+is(ingest('wake', 3), 'accepted', 'wake: ingest() writes 3');
+ok( $router->poll_query_until('postgres', q{
+	SELECT released_end FROM ordered_events_router.ranges WHERE stream = 'wake'}, 4),
+	'wake: the worker combined it too');
+
 $_->stop for $router, @shards;
 done_testing();
