@@ -316,7 +316,9 @@ ingest_event(const OeStream *stream, const OeEvent *event)
 	if (outcome != OE_ACCEPTED)
 		oe_dead_letter(stream->name, event->seq, event->key, event->payload, event->event_ts,
 					   outcome, detail, GetCurrentTransactionStartTimestamp(), NULL);
-	oe_note_events_written();
+	/* A sharded stream's range is its router's: the worker has nothing to do for it. */
+	if (!stream->sharded)
+		oe_note_events_written();
 	return outcome;
 }
 
