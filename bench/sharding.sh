@@ -35,8 +35,10 @@
 #       once), united (seq_bits_runs, contiguous_end over a temporary table
 #       of them), then combine() itself.  Its parts: the shards' execution
 #       of shard_seq_bits and of shard_release (the shards' pg_stat_statements,
-#       reset just before), the union, and the rest (round trips, the
-#       shards' and the router's commits, PL/pgSQL); the router's own
+#       reset just before; summed, though the shards work at the same
+#       time), the union, the router backend's CPU, and the wait for the
+#       shards (the step less that CPU: the shards' work, round trips,
+#       commits); the router's own
 #       statements in the step (pg_stat_statements, track = all) go to the
 #       log.  Then the router's side again with synchronous_commit off on
 #       the router and the shards (what the WAL flushes cost), and an empty
@@ -453,7 +455,8 @@ for k in 100 1000 10000; do
     rt=$(col "$tmp/13b_router.txt" "$k" release)
     un=$(col "$tmp/13b_router.txt" "$k" union)
     trips=$(minus "$(col "$tmp/13b_router.txt" "$k" fetch)" "$sr")
-    rest=$(minus "$(minus "$(minus "$c" "$sr")" "$rt")" "$un")
+    rc=$(col "$tmp/13b_router.txt" "$k" router_cpu)
+    rest=$(minus "$c" "$rc")
     nruns=$(col "$tmp/13b_router.txt" "$k" runs_returned | median)
     nbytes=$(col "$tmp/13b_router.txt" "$k" bytes_shipped | median)
     case $k in 10000) target=3 ;; 1000) target=5 ;; *) target=20 ;; esac
@@ -462,8 +465,7 @@ for k in 100 1000 10000; do
     info "13b   shard_seq_bits on the shards, k = $k" "$(median <<<"$sr")" ms "sum of $SHARDS calls' execution, $nbytes bytes of bitmaps shipped; spread $(spread <<<"$sr")"
     info "13b   shard_release on the shards, k = $k" "$(median <<<"$rt")" ms "sum of $SHARDS calls' execution; spread $(spread <<<"$rt")"
     info "13b   union of the bitmaps on the router, k = $k" "$(median <<<"$un")" ms "seq_bits_runs ($nruns runs) + contiguous_end; spread $(spread <<<"$un")"
-    info "13b   the rest, k = $k" "$(median <<<"$rest")" ms "2 RUN ON ALL calls (the shards at once), $SHARDS shard commits + the router's, PL/pgSQL; spread $(spread <<<"$rest")"
-    rc=$(col "$tmp/13b_router.txt" "$k" router_cpu)
+    info "13b   waiting for the shards, k = $k" "$(median <<<"$rest")" ms "the step less the router backend's CPU: the shards' work (at the same time), 2 RUN ON ALL round trips, the commits; spread $(spread <<<"$rest")"
     info "13b   router backend CPU in the step, k = $k" "$(median <<<"$rc")" ms "schedstat of the router's backend (PL/Proxy's libpq included); spread $(spread <<<"$rc")"
     eval "rc_$k=$(median <<<"$rc")"
     info "13b   (fetching the runs: round trips, k = $k)" "$(median <<<"$trips")" ms "the runs fetched from the router minus the shards' execution; spread $(spread <<<"$trips")"
@@ -507,7 +509,7 @@ info "13b an empty on_shards_seq_bits call (RUN ON ALL, $SHARDS shards)" "$all" 
 # the marginal cost of an event in a step: the slope from 1,000 to 10,000
 slope() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", (b - a) * 1000 / 9000}'; }
 info "13b marginal cost, 1,000 -> 10,000 events" "$(slope "$c_1000" "$c_10000")" us/event \
-    "shard_seq_bits $(slope "$sr_1000" "$sr_10000"), shard_release $(slope "$rt_1000" "$rt_10000"), union $(slope "$un_1000" "$un_10000"), rest $(slope "$rest_1000" "$rest_10000"); one server's release() $(slope "$s_1000" "$s_10000")"
+    "shard_seq_bits $(slope "$sr_1000" "$sr_10000"), shard_release $(slope "$rt_1000" "$rt_10000"), union $(slope "$un_1000" "$un_10000"), waiting $(slope "$rest_1000" "$rest_10000"); one server's release() $(slope "$s_1000" "$s_10000")"
 lap 13b
 
 # --- 13c: gap fill -> release on every shard, the router's worker on --------------

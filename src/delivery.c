@@ -85,7 +85,8 @@ static OePlan plans[] = {
 	},
 	/* the consumers of the stream (wake_consumers()) */
 	[PLAN_CONSUMERS] = {
-		"SELECT c.consumer, c.partitions, c.consumer_id FROM ordered_events.subscription s "
+		"SELECT c.consumer, c.partitions, c.consumer_id, c.handler IS NOT NULL "
+		"FROM ordered_events.subscription s "
 		"JOIN ordered_events.consumer_def c ON c.consumer_id = s.consumer_id "
 		"WHERE s.stream_id = $1 AND s.partition = 0 ORDER BY c.consumer",
 		1, {INT4OID}
@@ -379,12 +380,13 @@ totals_for(const OeStep *step, int32 partitions)
 /*
  * Wake each consumer of the stream that the step gave unread events, at
  * commit: its waiting reads (wait.c), and a NOTIFY on
- * "ordered_events.<consumer>" with the partitions that got events ('0,3').
+ * "ordered_events.<consumer>" with the partitions that got events ('0,3');
+ * notes whether a consumer with a handler got some (step.c wakes the worker).
  * A consumer name longer than OE_MAX_CHANNEL_CONSUMER bytes makes no
  * channel name: that consumer has only the shared channel.
  */
 static void
-wake_consumers(const OeStep *step)
+wake_consumers(OeStep *step)
 {
 	Datum		id = Int32GetDatum(step->stream->stream_id);
 	uint64		n;
@@ -411,6 +413,8 @@ wake_consumers(const OeStep *step)
 		if (woken.len == 0)
 			continue;
 		oe_note_released(DatumGetInt32(SPI_getbinval(row, rows->tupdesc, 3, &isnull)));
+		if (DatumGetBool(SPI_getbinval(row, rows->tupdesc, 4, &isnull)))
+			step->fed_handlers = true;
 		if (strlen(consumer) <= OE_MAX_CHANNEL_CONSUMER)
 			Async_Notify(psprintf("ordered_events.%s", consumer), woken.data);
 	}

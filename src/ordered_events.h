@@ -234,6 +234,7 @@ typedef struct OeStep
 								 * NULL until the step releases an event */
 	bool		partitioned;	/* a count above 1: events need their partition */
 	List	   *runs;			/* OeRelease of each lane the step moved */
+	bool		fed_handlers;	/* a consumer with a handler got events */
 } OeStep;
 
 /*

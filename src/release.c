@@ -294,8 +294,5 @@ oe_release(PG_FUNCTION_ARGS)
 		list_free_deep(streams);
 	}
 
-	/* Handlers may have events to apply now: wake the worker at commit. */
-	if (released > 0)
-		oe_note_events_written();
 	PG_RETURN_INT64(released);
 }

@@ -72,7 +72,6 @@ static int64
 release_to_router_end(FunctionCallInfo fcinfo, ThroughArg *ta)
 {
 	OeStream	stream = oe_stream_arg(fcinfo, 0);
-	int64		released;
 
 	oe_check_not_null(fcinfo, 1, "through_seq");
 	ta->through = PG_GETARG_INT64(1);
@@ -84,12 +83,7 @@ release_to_router_end(FunctionCallInfo fcinfo, ThroughArg *ta)
 				 errmsg("stream \"%s\" is not sharded", stream.name),
 				 errhint("Only a global stream made a shard's part with ordered_events.shard_stream() takes its range from a router.")));
 
-	released = oe_run_step(&stream, &through_step, ta);
-
-	/* Handlers may have events to apply now: wake the worker at commit. */
-	if (released > 0)
-		oe_note_events_written();
-	return released;
+	return oe_run_step(&stream, &through_step, ta);
 }
 
 /*

@@ -15,7 +15,9 @@
  *	4. runs its kind's body, which walks lanes (lane.c) and records the runs
  *	   it releases in the step (delivery.c);
  *	5. logs those runs and adds the step's totals (delivery.c), queues the
- *	   NOTIFY the body asked for, and leaves the scope.
+ *	   NOTIFY the body asked for, wakes the worker at commit if a consumer
+ *	   with a handler got events and the step ran outside it (release() by
+ *	   hand, a router's release), and leaves the scope.
  *
  * Concurrency: the lock of 2 serialises the steps of a stream (and makes
  * alter_stream() and drop_stream() wait for one); every walk takes a
@@ -29,6 +31,7 @@
 
 #include "catalog/pg_type.h"
 #include "commands/async.h"
+#include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/inval.h"
 
@@ -105,6 +108,9 @@ oe_run_step(const OeStream *stream, const OeStepKind *kind, void *arg)
 		oe_step_finish(&run.step);
 		if (run.notify != NULL)
 			Async_Notify("ordered_events", run.notify);
+		/* run by hand or by a router: the worker applies what handlers got, at commit */
+		if (run.step.fed_handlers && !IsBackgroundWorker)
+			oe_note_events_written();
 	}
 	oe_internal_end(&scope);
 	return result;
