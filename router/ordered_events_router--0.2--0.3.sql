@@ -14,7 +14,8 @@
  * released_end); a gap's clock runs only while every shard answers;
  * ingest_many() checks the whole batch before any shard sees it; a NULL
  * key, an existing stream and a locked stream get their own errors or
- * none.
+ * none.  A write through the router wakes its worker at commit (ingest()
+ * is PL/pgSQL over on_shard_ingest() for it).
  */
 
 DO $$
@@ -29,10 +30,13 @@ $$;
 
 /*
  * The combine step calls every shard at once (RUN ON ALL), and each shard
- * ships its seqs as one multirange (issue 25, speed; docs/sharding.md,
- * "The combine step"); a step with nothing new writes nothing.
- * on_shard_runs() returns a multirange now.
+ * ships the seqs of the step's window as a bitmap (issue 25, speed;
+ * docs/sharding.md, "The combine step"); a shard's release gives the
+ * largest event_ts of its range (shard_release(), which replaces
+ * release_through() here); a step with nothing new writes nothing.
+ * on_shard_runs() (skip_gap()'s) returns a multirange now.
  */
+DROP FUNCTION ordered_events_router.on_shard_release_through(integer, text, bigint);
 DROP FUNCTION ordered_events_router.on_shard_runs(integer, text, bigint, integer);
 CREATE FUNCTION ordered_events_router.on_shard_runs(
     shard integer, stream text, from_seq bigint, max_events integer)

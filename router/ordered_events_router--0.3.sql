@@ -209,16 +209,6 @@ AS $$
     SELECT ordered_events.shard_skip($2, $3, $4, $5);
 $$;
 
-CREATE FUNCTION ordered_events_router.on_shard_release_through(
-    shard integer, stream text, through_seq bigint)
-RETURNS bigint
-LANGUAGE plproxy
-AS $$
-    CLUSTER 'ordered_events_shards';
-    RUN ON shard;
-    SELECT ordered_events.release_through($2, $3);
-$$;
-
 CREATE FUNCTION ordered_events_router.on_shard_released(
     shard integer, stream text, from_seq bigint, to_seq bigint, max_events integer,
     OUT seq bigint, OUT key text, OUT payload jsonb, OUT event_ts timestamptz,
@@ -920,7 +910,6 @@ REVOKE EXECUTE ON FUNCTION
     ordered_events_router.on_shards_release(text, bigint),
     ordered_events_router.on_shard_release(integer, text, bigint),
     ordered_events_router.on_shard_skip(integer, text, bigint, bigint, text),
-    ordered_events_router.on_shard_release_through(integer, text, bigint),
     ordered_events_router.on_shard_released(integer, text, bigint, bigint, integer),
     ordered_events_router.ingest(text, bigint, text, jsonb, timestamptz, timestamptz, boolean),
     ordered_events_router.ingest_many(text, bigint[], text[], jsonb[]),
