@@ -227,6 +227,11 @@ SELECT stream, owner, range_end, released_count
 SELECT consumer, stream, owner, unread_count FROM ordered_events.consumers ORDER BY consumer, stream;
 SELECT count(*) FROM ordered_events.released;
 RESET ROLE;
+-- the consumers view shows a role its own consumers (the consumer role
+-- billing, not the shopkeeper's order_fsm), as members and leases do
+SET ROLE consumer;
+SELECT DISTINCT consumer, owner FROM ordered_events.consumers ORDER BY consumer;
+RESET ROLE;
 
 ------------------------------------------------------------------------
 -- 2. Owners

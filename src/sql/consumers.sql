@@ -858,6 +858,9 @@ SELECT c.consumer, s.partition, d.stream, s.delay,
   JOIN ordered_events.release_totals t
     ON t.stream_id = s.stream_id AND t.partitions = c.partitions AND t.partition = s.partition
  CROSS JOIN LATERAL ordered_events.committed_position(s, s.xmin) p
+ -- a role sees its own consumers (as members and leases show them); pg_monitor all
+ WHERE c.owner IS NULL OR pg_catalog.pg_has_role(c.owner, 'USAGE')
+    OR pg_catalog.pg_has_role('pg_monitor', 'USAGE')
  ORDER BY c.consumer, s.partition, d.stream;
 COMMENT ON VIEW ordered_events.consumers IS
     'Each consumer''s subscriptions, per partition: delay, consumed and unread events, bias';
