@@ -7,7 +7,8 @@
 --   (exception_thrown, "not acknowledged") and its key goes on; nack()
 --   returns events, after a delay; ack() of a stale or unknown receipt
 --   acknowledges nothing; the consumers and leases views; retention keeps
---   what is leased; unsubscribe() and drop_consumer() forget the leases.
+--   what is leased; seek() and reset_consumer() take the streams' events
+--   out of the leases; unsubscribe() and drop_consumer() forget the leases.
 --
 -- The visibility clock is moved by pg_temp.expire(), which makes every
 -- lease of a consumer due (a write of the internal table, as superuser):
@@ -185,6 +186,30 @@ SELECT ordered_events.ack('lb_rc', ARRAY(SELECT receipt FROM got WHERE call = 18
 SELECT ordered_events.compact('lb_r');
 SELECT seq FROM ordered_events.released WHERE stream = 'lb_r' ORDER BY seq;
 SELECT * FROM pg_temp.receive(19, 'lb_rc');
+
+-- seek() takes the consumer's events of the stream sought out of its
+-- leases, whose receipts then acknowledge nothing (they are delivered again
+-- from the new position, with attempt 1); its events of other streams stay
+-- out.  reset_consumer() takes them all out.
+SELECT ordered_events.create_stream('lb_w'), ordered_events.create_stream('lb_x');
+SELECT ordered_events.ingest('lb_w', s, 'w' || s) FROM generate_series(1, 3) s;
+SELECT ordered_events.ingest('lb_x', s, 'x' || s) FROM generate_series(1, 2) s;
+SELECT ordered_events.release('lb_w') AS w, ordered_events.release('lb_x') AS x;
+SELECT ordered_events.create_consumer('lb_sk', delivery => 'lease');
+SELECT ordered_events.subscribe('lb_sk', 'lb_w'), ordered_events.subscribe('lb_sk', 'lb_x');
+SELECT stream, seq, key, attempt FROM pg_temp.receive(30, 'lb_sk', 4);
+SELECT ordered_events.seek('lb_sk', 'lb_w') AS unread;
+SELECT * FROM pg_temp.leases('lb_sk');
+SELECT ordered_events.ack('lb_sk', ARRAY(SELECT receipt FROM got WHERE call = 30 AND stream = 'lb_w'))
+       AS acknowledged;
+SELECT stream, seq, key, attempt FROM pg_temp.receive(31, 'lb_sk');
+SELECT ordered_events.seek('lb_sk', 'lb_w', 'now') AS unread;
+SELECT * FROM pg_temp.leases('lb_sk');
+SELECT ordered_events.reset_consumer('lb_sk') AS unread;
+SELECT * FROM pg_temp.leases('lb_sk');
+SELECT stream, seq, key, attempt FROM pg_temp.receive(32, 'lb_sk');
+SELECT ordered_events.drop_consumer('lb_sk');
+SELECT ordered_events.drop_stream('lb_w'), ordered_events.drop_stream('lb_x');
 
 -- unsubscribe() forgets the stream's leases at the next receive();
 -- drop_consumer() forgets them all.

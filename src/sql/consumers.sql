@@ -710,6 +710,10 @@ BEGIN
         )
         SELECT total + coalesce(sum(m.unread_count), 0) INTO total FROM moved m;
     END LOOP;
+    -- a lease consumer's events of these streams out now are not any more
+    IF c.delivery = 'lease' THEN
+        PERFORM ordered_events.forget_leases(c.consumer_id, stream_ids);
+    END IF;
     IF c.handler IS NOT NULL THEN
         PERFORM ordered_events.wake_worker();
     END IF;

@@ -46,6 +46,44 @@ LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
 AS 'MODULE_PATHNAME', 'oe_lease_events';
 COMMENT ON FUNCTION ordered_events.lease_events(bytea, bit varying) IS
     'Internal: the events of a lease row not acknowledged or moved on yet';
+/*
+ * What seek() and reset_consumer() do to a lease consumer's leases: its
+ * events of the streams sought are delivered again from the new position,
+ * or not at all, so they leave the rows (their bits set, as if
+ * acknowledged; a row with nothing left goes) and their receipts
+ * acknowledge nothing any more.  Events of other streams stay out.  The
+ * caller holds the consumer's subscription rows, as receive() takes them.
+ */
+CREATE FUNCTION ordered_events.forget_leases(consumer_id integer, stream_ids integer[])
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    x ordered_events.lease;
+    left_out bit varying;
+    slot integer;
+BEGIN
+    FOR x IN SELECT * FROM ordered_events.lease l
+              WHERE l.consumer_id = forget_leases.consumer_id AND l.streams && stream_ids
+              ORDER BY l.batch
+                FOR UPDATE LOOP
+        left_out := x.done;
+        FOR slot IN SELECT e.slot FROM ordered_events.lease_events(x.events, x.done) e
+                     WHERE e.stream_id = ANY (stream_ids) LOOP
+            left_out := pg_catalog.set_bit(left_out, slot, 1);
+        END LOOP;
+        IF pg_catalog.bit_count(left_out) = pg_catalog.length(left_out) THEN
+            DELETE FROM ordered_events.lease l WHERE l.batch = x.batch;
+        ELSE
+            UPDATE ordered_events.lease l SET done = left_out WHERE l.batch = x.batch;
+        END IF;
+    END LOOP;
+END;
+$$;
+COMMENT ON FUNCTION ordered_events.forget_leases(integer, integer[]) IS
+    'Internal: take a lease consumer''s events of some streams out of its leases (seek(), reset_consumer())';
+REVOKE EXECUTE ON FUNCTION ordered_events.forget_leases(integer, integer[]) FROM PUBLIC;
 
 CREATE FUNCTION ordered_events.receive(consumer text, max_events integer DEFAULT 1000,
                                        partition integer DEFAULT 0,

@@ -97,7 +97,7 @@ SELECT functions_are('ordered_events', ARRAY[
     -- groups (issue 24)
     'group_consumer', 'assign_partitions', 'join_as', 'leave_as',
     -- leases (issue 24)
-    'lease_events'],
+    'lease_events', 'forget_leases'],
     'schema ordered_events has exactly the functions of 0.3');
 SELECT tables_are('ordered_events', ARRAY[
     'unprocessed',
