@@ -7,15 +7,15 @@
  *
  * A sharded stream holds the events of the keys that hash to this shard;
  * its seqs are spread over every shard.  The router asks every shard at
- * once for the seqs it holds (shard_run_set(), src/sql/shard.sql: one
- * multirange), combines them into the global contiguous range, and tells
- * each shard to release its events below the range's end:
- * release_through() here.  A seq this shard does not hold is on another
- * one, not a gap.
+ * once for the seqs of a window it holds (shard_seq_bits(), seq_bits.c: a
+ * bitmap), combines them into the global contiguous range, and tells each
+ * shard to release its events below the range's end: shard_release() here
+ * (release_through() of 0.2, without the range's largest event_ts).  A
+ * seq this shard does not hold is on another one, not a gap.
  *
- * release_through() is a step of the engine (step.c): it holds the
- * stream's release lock, logs its run for consumers, counts what it
- * released, and notifies at commit.  Calling it again with the same or a lower end
+ * The release is a step of the engine (step.c): it holds the stream's
+ * release lock, logs its run for consumers, counts what it released, and
+ * notifies at commit.  Calling it again with the same or a lower end
  * releases nothing, so a router may repeat it after a failure.
  *
  * check_event_batch() makes the checks ingest() makes of each event's
