@@ -588,10 +588,7 @@ BEGIN
     d := ordered_events.stream_or_error(stream);
     -- the order of seek() and drop_consumer(): the positions, in read()'s
     -- order, then the stream's release lock (either way round: 40P01)
-    PERFORM FROM ordered_events.subscription s
-     WHERE s.consumer_id = c.consumer_id AND s.stream_id = d.stream_id
-     ORDER BY s.partition
-       FOR UPDATE;
+    PERFORM ordered_events.lock_subscriptions(c.consumer_id, NULL);
     PERFORM ordered_events.lock_streams(ARRAY[d.stream_id]);
     DELETE FROM ordered_events.subscription s
      WHERE s.consumer_id = c.consumer_id AND s.stream_id = d.stream_id;
