@@ -1535,22 +1535,14 @@ handler_xact_callback(XactEvent event, void *arg)
 {
 	ListCell   *lc;
 
-	switch (event)
+	if (event == XACT_EVENT_COMMIT)
+		foreach(lc, stopped_to_forget)
+			oe_forget_stopped_call(&((StoppedToForget *) lfirst(lc))->call);
+	if (oe_xact_ended(event))
 	{
-		case XACT_EVENT_COMMIT:
-			foreach(lc, stopped_to_forget)
-				oe_forget_stopped_call(&((StoppedToForget *) lfirst(lc))->call);
-			/* FALLTHROUGH */
-		case XACT_EVENT_ABORT:
-		case XACT_EVENT_PREPARE:
-		case XACT_EVENT_PARALLEL_COMMIT:
-		case XACT_EVENT_PARALLEL_ABORT:
-			list_free_deep(stopped_to_forget);
-			stopped_to_forget = NIL;
-			session_advisory_used = false;
-			break;
-		default:
-			break;
+		list_free_deep(stopped_to_forget);
+		stopped_to_forget = NIL;
+		session_advisory_used = false;
 	}
 }
 

@@ -15,6 +15,7 @@
 
 #include "access/genam.h"
 #include "access/transam.h"
+#include "access/xact.h"
 #include "datatype/timestamp.h"
 #include "fmgr.h"
 #include "executor/spi.h"
@@ -690,6 +691,18 @@ extern int64 oe_release_stream(const OeStream *stream);
 
 /* compaction.c */
 extern int64 oe_compact(const OeStream *stream, bool *more);
+
+/*
+ * Whether a transaction callback's event ends the transaction (or hands it
+ * to a prepared one): where the state a transaction noted is forgotten.
+ */
+static inline bool
+oe_xact_ended(XactEvent event)
+{
+	return event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT ||
+		event == XACT_EVENT_PARALLEL_COMMIT || event == XACT_EVENT_PARALLEL_ABORT ||
+		event == XACT_EVENT_PREPARE;
+}
 
 /* shmem.c */
 extern OeShared *oe_shared;

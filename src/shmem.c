@@ -184,9 +184,7 @@ wake_at_commit(XactEvent event, void *arg)
 {
 	if (event == XACT_EVENT_COMMIT && events_written)
 		wake_worker(MyDatabaseId);
-	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT ||
-		event == XACT_EVENT_PARALLEL_COMMIT || event == XACT_EVENT_PARALLEL_ABORT ||
-		event == XACT_EVENT_PREPARE)
+	if (oe_xact_ended(event))
 		events_written = false;
 }
 

@@ -87,9 +87,7 @@ wake_readers_at_commit(XactEvent event, void *arg)
 			ConditionVariableBroadcast(&oe_shared->wait[i].released);
 		}
 	}
-	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT ||
-		event == XACT_EVENT_PARALLEL_COMMIT || event == XACT_EVENT_PARALLEL_ABORT ||
-		event == XACT_EVENT_PREPARE)
+	if (oe_xact_ended(event))
 		channels_released = 0;
 }
 
