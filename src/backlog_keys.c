@@ -49,7 +49,6 @@
 #include "ordered_events.h"
 
 #include "catalog/pg_type.h"
-#include "common/hashfn.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/hsearch.h"
@@ -126,38 +125,11 @@ static OePlan plans[] = {
 	},
 };
 
-/* Hash tables by key: the entry's first field is the key, a pointer. */
-static uint32
-key_hash(const void *key, Size keysize)
-{
-	const text *t = *(text *const *) key;
-
-	return hash_bytes((const unsigned char *) VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t));
-}
-
-static int
-key_match(const void *key1, const void *key2, Size keysize)
-{
-	const text *a = *(text *const *) key1;
-	const text *b = *(text *const *) key2;
-
-	if (VARSIZE_ANY_EXHDR(a) != VARSIZE_ANY_EXHDR(b))
-		return 1;
-	return memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a));
-}
-
+/* Hash tables by key (oe_key_table()): the entry's first field is the key. */
 static HTAB *
 key_table(const char *name, Size entrysize)
 {
-	HASHCTL		ctl;
-
-	memset(&ctl, 0, sizeof(ctl));
-	ctl.keysize = sizeof(text *);
-	ctl.entrysize = entrysize;
-	ctl.hash = key_hash;
-	ctl.match = key_match;
-	ctl.hcxt = CurrentMemoryContext;
-	return hash_create(name, 1024, &ctl, HASH_ELEM | HASH_FUNCTION | HASH_COMPARE | HASH_CONTEXT);
+	return oe_key_table(name, 1024, entrysize, CurrentMemoryContext);
 }
 
 /*
@@ -193,7 +165,7 @@ key_entry(HTAB *table, TupleTableSlot *slot, bool *found)
 /* A key of the blocks a step stores. */
 typedef struct RunKey
 {
-	text	   *key;			/* hash key (a pointer, see key_hash) */
+	text	   *key;			/* hash key (a pointer, see oe_key_table()) */
 	int64		count;			/* its events in the block looked at, */
 	int64		first;			/* ... the first one's seq */
 	int64		last;			/* ... and the last one's */
@@ -340,7 +312,7 @@ oe_keys_store(const OeLane *lane, OeKeyRuns *runs)
 /* A key of the events a step forgets. */
 typedef struct PassedKey
 {
-	text	   *key;			/* hash key (a pointer, see key_hash) */
+	text	   *key;			/* hash key (a pointer, see oe_key_table()) */
 	int64		passed;			/* its rows' events below the kept block */
 	bool		in_kept;		/* it has an event in the kept block, */
 	int64		kept_first;		/* ... at this seq first */

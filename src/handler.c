@@ -85,7 +85,6 @@
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
 #include "commands/sequence.h"
-#include "common/hashfn.h"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
@@ -177,7 +176,7 @@ static OePlan plans[] = {
 /* The state of one key during a step. */
 typedef struct KeyState
 {
-	text	   *key;			/* hash key (a pointer; see key_hash) */
+	text	   *key;			/* hash key (a pointer; see oe_key_table()) */
 	Datum		state;			/* jsonb, as of the last attempt that held */
 	bool		state_null;
 	int			attempt;		/* the attempt that set attempt_state */
@@ -325,26 +324,6 @@ static List *stopped_to_forget = NIL;
 
 static object_access_hook_type prev_object_access_hook = NULL;
 static emit_log_hook_type prev_emit_log_hook = NULL;
-
-/* Hash and match of KeyState keys: the texts they point to. */
-static uint32
-key_hash(const void *key, Size keysize)
-{
-	const text *t = *(text *const *) key;
-
-	return hash_bytes((const unsigned char *) VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t));
-}
-
-static int
-key_match(const void *key1, const void *key2, Size keysize)
-{
-	const text *a = *(text *const *) key1;
-	const text *b = *(text *const *) key2;
-
-	if (VARSIZE_ANY_EXHDR(a) != VARSIZE_ANY_EXHDR(b))
-		return 1;
-	return memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a));
-}
 
 /* A copy of a varlena datum in the current memory context, detoasted. */
 static Datum
@@ -1702,7 +1681,6 @@ process_step(const OeConsumer *consumer, int32 max_events, bool in_worker, int s
 {
 	TimestampTz step_start = GetCurrentTimestamp();
 	Step		step = {0};
-	HASHCTL		ctl;
 
 	setup_backend();
 	step.consumer = consumer;
@@ -1715,14 +1693,8 @@ process_step(const OeConsumer *consumer, int32 max_events, bool in_worker, int s
 										  ALLOCSET_DEFAULT_SIZES);
 	step.max_events = Min(max_events, 1024);
 	step.events = MemoryContextAlloc(step.cxt, sizeof(BatchEvent) * step.max_events);
-	memset(&ctl, 0, sizeof(ctl));
-	ctl.keysize = sizeof(text *);
-	ctl.entrysize = sizeof(KeyState);
-	ctl.hash = key_hash;
-	ctl.match = key_match;
-	ctl.hcxt = step.cxt;
-	step.keys = hash_create("ordered_events handler keys", Min(max_events, 1024), &ctl,
-							HASH_ELEM | HASH_FUNCTION | HASH_COMPARE | HASH_CONTEXT);
+	step.keys = oe_key_table("ordered_events handler keys", Min(max_events, 1024),
+							 sizeof(KeyState), step.cxt);
 
 	open_handler(&step);
 	step.now = GetCurrentTimestamp();

@@ -1,8 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * keys.c
- *	  Event keys: their limit, the lane a key's event goes to, and the hash
- *	  that picks a key's consumer partition (key_partition()).
+ *	  Event keys: their limit, the lane a key's event goes to, the hash
+ *	  that picks a key's consumer partition (key_partition()), and the hash
+ *	  tables of per-key state that steps keep (oe_key_table()).
  *
  * No state but the one empty lane text; no locks.
  *
@@ -13,6 +14,7 @@
 #include "catalog/pg_collation.h"
 #include "common/hashfn.h"
 #include "utils/builtins.h"
+#include "utils/hsearch.h"
 #include "utils/memutils.h"
 
 /* Fail unless the key fits; seq, if known, goes into the detail. */
@@ -80,4 +82,42 @@ oe_key_partition(PG_FUNCTION_ARGS)
 				 errmsg("invalid value for partitions: %d", partitions),
 				 errhint("Use a positive number of partitions.")));
 	PG_RETURN_INT32(oe_partition_of(oe_key_hash(PG_GETARG_TEXT_PP(0)), partitions));
+}
+
+/* Hash tables by key: the entry's first field is the key, a text pointer. */
+static uint32
+key_hash(const void *key, Size keysize)
+{
+	const text *t = *(text *const *) key;
+
+	return hash_bytes((const unsigned char *) VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t));
+}
+
+static int
+key_match(const void *key1, const void *key2, Size keysize)
+{
+	const text *a = *(text *const *) key1;
+	const text *b = *(text *const *) key2;
+
+	if (VARSIZE_ANY_EXHDR(a) != VARSIZE_ANY_EXHDR(b))
+		return 1;
+	return memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a));
+}
+
+/*
+ * A hash table of entries of entrysize bytes whose first field is a key
+ * (text *), in memory context cxt: the per-key state of a step.
+ */
+HTAB *
+oe_key_table(const char *name, long nelem, Size entrysize, MemoryContext cxt)
+{
+	HASHCTL		ctl;
+
+	memset(&ctl, 0, sizeof(ctl));
+	ctl.keysize = sizeof(text *);
+	ctl.entrysize = entrysize;
+	ctl.hash = key_hash;
+	ctl.match = key_match;
+	ctl.hcxt = cxt;
+	return hash_create(name, nelem, &ctl, HASH_ELEM | HASH_FUNCTION | HASH_COMPARE | HASH_CONTEXT);
 }

@@ -597,6 +597,8 @@ extern void oe_check_key(const OeStream *stream, text *key, const int64 *seq);
 extern void oe_check_key_of(const char *stream, text *key, const int64 *seq);
 extern text *oe_lane_of(const OeStream *stream, text *key);
 extern uint64 oe_key_hash(text *key);
+extern struct HTAB *oe_key_table(const char *name, long nelem, Size entrysize,
+								  MemoryContext cxt);
 
 /* The partition of a key's hash among "partitions" (key_partition()). */
 static inline int32
