@@ -111,32 +111,6 @@ new_consumer() {   # PARTITIONS STREAM...
 # drain: the speed of a shared machine drifts over seconds, and alternating
 # whole drains measured mostly the drift.
 CHUNK=$((BATCHES / 10))
-open_session() {   # NAME PREPARED-SQL: sets the fds of the session NAME
-    local in=$tmp/$1.in out=$tmp/$1.out
-    mkfifo "$in" "$out"
-    psql_bench -At -f "$in" > "$out" 2>&1 &
-    eval "exec {${1}_r}<\"\$out\" {${1}_w}>\"\$in\""
-    session_sql "$1" "\\timing on
-PREPARE batch AS $2" >/dev/null
-}
-close_session() {   # NAME
-    eval "exec {${1}_w}>&- {${1}_r}<&-"
-}
-# Run SQL in session NAME; print the sum of the \timing of its statements.
-session_sql() {   # NAME SQL
-    local r w line total=0
-    eval "r=\$${1}_r w=\$${1}_w"
-    printf '%s\n\\echo __done\n' "$2" >&"$w"
-    while IFS= read -r line <&"$r"; do
-        case $line in
-            __done) echo "$total"; return 0 ;;
-            Time:*) total=$(awk -v a="$total" -v b="${line#Time: }" 'BEGIN {print a + b}') ;;
-            ERROR:*|psql:*) echo "session $1: $line" >&2 ;;
-        esac
-    done
-    echo "session $1 ended" >&2
-    return 1
-}
 chunk=$(for _ in $(seq "$CHUNK"); do echo "EXECUTE batch;"; done)
 check_drained() {   # WHAT SQL-RETURNING-TRUE
     if [ "$(psql_bench -Atc "$2")" != t ]; then
@@ -168,8 +142,8 @@ compare_drain() {   # FIGURE TARGET STREAM...
         "$(printf '%s\n' "${ours[@]}" | spread)" "$(printf '%s\n' "${bare[@]}" | spread)"
 }
 
-open_session ours "SELECT count(*) FROM ordered_events.read('cons_c', $BATCH);"
-open_session bare "$(cat "$tmp/bare.sql")"
+open_session ours "PREPARE batch AS SELECT count(*) FROM ordered_events.read('cons_c', $BATCH);"
+open_session bare "PREPARE batch AS $(cat "$tmp/bare.sql")"
 echo "9a-9c. draining $N events, $BATCH a transaction ($ROUNDS rounds)"
 compare_drain "9a read() one global stream, $N events" 0.5 cons_global
 compare_drain "9b read() 8 streams merged, $N events" 0.35 cons_merge_{0..7}

@@ -65,33 +65,7 @@ new_consumers() {   # STREAM
                -c "SELECT ordered_events.subscribe(c, '$1') FROM unnest(ARRAY['lease_r', 'lease_l']) c" \
                -c "VACUUM ordered_events.lease, ordered_events.subscription" >/dev/null
 }
-# One long-lived psql session per side, fed through a fifo (as bench/consume.sh).
-open_session() {   # NAME SETUP-SQL
-    local in=$tmp/$1.in out=$tmp/$1.out
-    mkfifo "$in" "$out"
-    psql_bench -At -f "$in" > "$out" 2>&1 &
-    eval "exec {${1}_r}<\"\$out\" {${1}_w}>\"\$in\""
-    session_sql "$1" "\\timing on
-$2" >/dev/null
-}
-close_session() {   # NAME
-    eval "exec {${1}_w}>&- {${1}_r}<&-"
-}
-# Run SQL in session NAME; print the sum of the \timing of its statements.
-session_sql() {   # NAME SQL
-    local r w line total=0
-    eval "r=\$${1}_r w=\$${1}_w"
-    printf '%s\n\\echo __done\n' "$2" >&"$w"
-    while IFS= read -r line <&"$r"; do
-        case $line in
-            __done) echo "$total"; return 0 ;;
-            Time:*) total=$(awk -v a="$total" -v b="${line#Time: }" 'BEGIN {print a + b}') ;;
-            ERROR:*|psql:*) echo "session $1: $line" >&2 ;;
-        esac
-    done
-    echo "session $1 ended" >&2
-    return 1
-}
+# One long-lived psql session per side (open_session, bench/lib.sh).
 read_chunk=$(for _ in $(seq "$CHUNK"); do echo "EXECUTE batch;"; done)
 lease_chunk=$(for _ in $(seq "$CHUNK"); do printf 'EXECUTE recv \\gset\nEXECUTE done(:'"'"'receipts'"'"');\n'; done)
 check_drained() {   # WHAT SQL-RETURNING-TRUE

@@ -102,3 +102,34 @@ db_figure() {
     printf '  %-56s ours %s ms, baseline %s ms, ratio %s (target <= 2, <= 10 ms) %s\n' \
         "$name" "$m_ours" "$m_base" "$ratio" "$verdict"
 }
+
+# One long-lived psql session NAME, fed through a fifo in $tmp: open_session
+# starts it with \timing on and runs SETUP-SQL (a PREPARE, say);
+# session_sql runs SQL there and prints the sum of the \timing of its
+# statements (from sending to the result, as pgbench measures);
+# close_session ends it.
+open_session() {   # NAME SETUP-SQL: sets the fds of the session NAME
+    local in=$tmp/$1.in out=$tmp/$1.out
+    mkfifo "$in" "$out"
+    psql_bench -At -f "$in" > "$out" 2>&1 &
+    eval "exec {${1}_r}<\"\$out\" {${1}_w}>\"\$in\""
+    session_sql "$1" "\\timing on
+$2" >/dev/null
+}
+close_session() {   # NAME
+    eval "exec {${1}_w}>&- {${1}_r}<&-"
+}
+session_sql() {   # NAME SQL
+    local r w line total=0
+    eval "r=\$${1}_r w=\$${1}_w"
+    printf '%s\n\\echo __done\n' "$2" >&"$w"
+    while IFS= read -r line <&"$r"; do
+        case $line in
+            __done) echo "$total"; return 0 ;;
+            Time:*) total=$(awk -v a="$total" -v b="${line#Time: }" 'BEGIN {print a + b}') ;;
+            ERROR:*|psql:*) echo "session $1: $line" >&2 ;;
+        esac
+    done
+    echo "session $1 ended" >&2
+    return 1
+}
