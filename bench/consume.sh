@@ -32,16 +32,7 @@ if [ "${BENCH_MODE:-quick}" = full ]; then READS=100; else READS=40; fi   # 9d, 
 set_worker off
 tmp=$(mktemp -d)
 
-# The events: alignment_ts one millisecond apart in g order, event_ts up to
-# 99 ms earlier (so the bias is not zero), a small payload.
-events_of() {   # -> the event columns of g, for a LATERAL subquery
-    echo "'k' || (g % 1000) AS key, jsonb_build_object('n', g) AS payload,
-          '2026-01-01'::timestamptz + g * interval '1 ms' - (g % 100) * interval '1 ms' AS event_ts,
-          '2026-01-01'::timestamptz + g * interval '1 ms' AS alignment_ts"
-}
-release_all() {   # STREAM: release steps until nothing is left
-    psql_bench -c "DO \$\$ BEGIN WHILE ordered_events.release('$1') > 0 LOOP COMMIT; END LOOP; END \$\$"
-}
+# The events: events_of (bench/lib.sh), over 1,000 keys.
 
 echo "9. preparing $N events for each shape"
 psql_bench <<SQL >/dev/null

@@ -132,21 +132,16 @@ SQL
 # --- 10a: throughput ----------------------------------------------------------
 set_worker off
 echo "10a. preparing $N events over $KEYS keys"
-events_of() {   # -> the event columns of g, for a LATERAL subquery
-    echo "'k' || (g % $KEYS) AS key, jsonb_build_object('n', g) AS payload,
-          '2026-01-01'::timestamptz + g * interval '1 ms' - (g % 100) * interval '1 ms' AS event_ts,
-          '2026-01-01'::timestamptz + g * interval '1 ms' AS alignment_ts"
-}
 psql_bench >/dev/null <<SQL
 SELECT ordered_events.drop_stream(stream) FROM ordered_events.streams
  WHERE stream IN ('h_global', 'h_lat', 'h_soak');
 INSERT INTO bench_handlers.events (seq, key, payload, event_ts, alignment_ts)
-SELECT g, e.* FROM generate_series(1, $N) g, LATERAL (SELECT $(events_of)) e;
+SELECT g, e.* FROM generate_series(1, $N) g, LATERAL (SELECT $(events_of "$KEYS")) e;
 SELECT ordered_events.create_stream('h_global');
 INSERT INTO ordered_events.inbox (stream, seq, key, payload, event_ts, alignment_ts)
-SELECT 'h_global', g, e.* FROM generate_series(1, $N) g, LATERAL (SELECT $(events_of)) e;
+SELECT 'h_global', g, e.* FROM generate_series(1, $N) g, LATERAL (SELECT $(events_of "$KEYS")) e;
 SQL
-psql_bench -c "DO \$\$ BEGIN WHILE ordered_events.release('h_global') > 0 LOOP COMMIT; END LOOP; END \$\$" >/dev/null
+release_all h_global >/dev/null
 psql_bench >/dev/null <<'SQL'
 VACUUM ANALYZE bench_handlers.events, ordered_events.event_store, ordered_events.lane_release_log;
 CHECKPOINT;

@@ -28,14 +28,6 @@ CHUNK=$((BATCHES / 10))
 set_worker off
 tmp=$(mktemp -d)
 
-events_of() {   # -> the event columns of g, for a LATERAL subquery
-    echo "'k' || (g % 1000) AS key, jsonb_build_object('n', g) AS payload,
-          '2026-01-01'::timestamptz + g * interval '1 ms' - (g % 100) * interval '1 ms' AS event_ts,
-          '2026-01-01'::timestamptz + g * interval '1 ms' AS alignment_ts"
-}
-release_all() {   # STREAM: release steps until nothing is left
-    psql_bench -c "DO \$\$ BEGIN WHILE ordered_events.release('$1') > 0 LOOP COMMIT; END LOOP; END \$\$"
-}
 
 echo "21. preparing $N events for each shape"
 psql_bench <<SQL >/dev/null

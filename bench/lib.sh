@@ -133,3 +133,16 @@ session_sql() {   # NAME SQL
     echo "session $1 ended" >&2
     return 1
 }
+
+# The columns of event g for a LATERAL subquery (key, payload, event_ts,
+# alignment_ts), over KEYS keys (1,000 if not given): alignment_ts one
+# millisecond apart in g order, event_ts up to 99 ms earlier (so the bias is
+# not zero), a small payload.
+events_of() {   # [KEYS]
+    echo "'k' || (g % ${1:-1000}) AS key, jsonb_build_object('n', g) AS payload,
+          '2026-01-01'::timestamptz + g * interval '1 ms' - (g % 100) * interval '1 ms' AS event_ts,
+          '2026-01-01'::timestamptz + g * interval '1 ms' AS alignment_ts"
+}
+release_all() {   # STREAM: release steps until nothing is left
+    psql_bench -c "DO \$\$ BEGIN WHILE ordered_events.release('$1') > 0 LOOP COMMIT; END LOOP; END \$\$"
+}
