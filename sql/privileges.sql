@@ -772,7 +772,7 @@ SELECT p.oid::regprocedure AS public_may_execute
                      'check_handler', 'define_consumer', 'output_stream_or_error',
                      'consumers_with_work', 'check_no_cycle', 'ingest_array',
                      'shard_stream', 'shard_runs', 'shard_skip', 'release_through',
-                     'shard_run_set', 'shard_seq_bits', 'shard_release',
+                     'shard_run_set', 'shard_seq_bits', 'shard_release', 'forget_leases',
                      'compact_stream', 'compact_due', 'streams_to_compact', 'retention_cutoff',
                      'released_end', 'gap_expired', 'lock_subscriptions', 'register_cycle_hook',
                      'cycle_hooks', 'extension_of', 'redrive', 'skip_held', 'forget_parked',
