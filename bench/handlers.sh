@@ -209,8 +209,7 @@ SQL
 psql_bench -c "ALTER SYSTEM SET ordered_events.enabled = on" -c "SELECT pg_reload_conf()" >/dev/null
 worker_pid() {
     psql_bench -Atc "SELECT pid FROM ordered_events.worker_status
-                      WHERE database = current_database() AND pid > 0
-                        AND state IN ('idle', 'releasing', 'processing')"
+                      WHERE database = current_database() AND pid > 0 AND kind = 'release'"
 }
 pid=
 for _ in $(seq 300); do

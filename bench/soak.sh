@@ -29,7 +29,7 @@ WARM=$((SOAK_ROUNDS / 10))
 psql_bench -c "ALTER SYSTEM SET ordered_events.enabled = on" -c "SELECT pg_reload_conf()" >/dev/null
 worker_pid() {
     psql_bench -Atc "SELECT pid FROM ordered_events.worker_status
-                      WHERE database = current_database() AND pid > 0
+                      WHERE database = current_database() AND pid > 0 AND kind = 'release'
                         AND state IN ('idle', 'releasing')"
 }
 pid=
